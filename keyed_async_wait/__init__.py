@@ -1,0 +1,49 @@
+"""Keyed-ordered async I/O for Python: Flink's async wait operator, with a key-ordered mode.
+
+``KeyedAsyncWaitOperator`` is the engine-agnostic core (it imports neither pyspark nor any
+client library); ``AsyncDataStream`` runs it over Spark DataFrames.
+"""
+
+from .elements import FailedRecord, OutputMode, Watermark
+from .exceptions import (
+    ConfigError,
+    KeyedAsyncWaitError,
+    RecordFailedError,
+    RecordKeyError,
+    RecordTimeoutError,
+    ResultTypeError,
+    SnapshotError,
+)
+from .function import AsyncFunction
+from .keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
+from .operator import KeyedAsyncWaitOperator, OperatorStats
+from .retry import RetryStrategy, is_retryable, lookup_miss
+from .snapshot import OperatorSnapshot, SnapshotRecord
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "WHOLE_RECORD",
+    "AsyncFunction",
+    "ConfigError",
+    "FailedRecord",
+    "KeyedAsyncWaitError",
+    "KeyedAsyncWaitOperator",
+    "OperatorSnapshot",
+    "OperatorStats",
+    "OutputMode",
+    "RecordFailedError",
+    "RecordKeyError",
+    "RecordTimeoutError",
+    "ResultTypeError",
+    "RetryStrategy",
+    "SnapshotError",
+    "SnapshotRecord",
+    "Watermark",
+    "is_retryable",
+    "key_group_for",
+    "key_group_range",
+    "lookup_miss",
+    "stable_hash",
+    "subtask_for_key_group",
+]

@@ -1,0 +1,179 @@
+"""The async execution controller (FLIP-425's AEC), without any I/O.
+
+It decides; the asyncio layer in :mod:`keyed_async_wait.operator` acts on its decisions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+from .elements import OutputMode, Watermark
+from .entry import Entry, State
+from .key_accounting import KeyAccounting
+from .keys import KeySelector, keys_of_many
+from .output import EpochManager, OrderedQueue
+
+__all__ = ["Controller"]
+
+
+class Controller:
+    """Admits records and watermarks, and says which entry may start and which may leave.
+
+    Invariants (checked by the property tests):
+
+    * every admitted entry reaches ``out`` exactly once, and leaves the controller only through
+      :meth:`hand_out`; ``records_inside`` counts records admitted and not yet handed out;
+    * KEY_ORDERED: at most one entry per key is past BLOCKED and not yet DONE, and per key entries
+      start in arrival order (see :class:`KeyAccounting`);
+    * ORDERED: ``out`` order is arrival order; UNORDERED / KEY_ORDERED: never across a watermark
+      (see :class:`EpochManager`).
+    """
+
+    __slots__ = (
+        "_key_of",
+        "_keys",
+        "_live",
+        "_output",
+        "_seq",
+        "mode",
+        "out",
+        "records_inside",
+    )
+
+    def __init__(self, mode: OutputMode, key_of: KeySelector | None) -> None:
+        self.mode = mode
+        self._key_of = key_of
+        self.out: deque[Entry] = deque()
+        self._output = OrderedQueue(self.out) if mode is OutputMode.ORDERED else EpochManager(self.out)
+        self._keys: KeyAccounting[Entry] | None = KeyAccounting() if mode is OutputMode.KEY_ORDERED else None
+        self._live: dict[int, Entry] = {}
+        self._seq = 0
+        self.records_inside = 0
+
+    def admit(self, record: Any) -> Entry | None:
+        """Take in a record: its entry if it may start now, None if it waits behind its key."""
+        key_of = self._key_of
+        return self._admit(Entry(self._seq, record, key_of(record) if key_of else None))
+
+    def admit_restored(self, record: Any, key: Hashable, results: list[Any] | None) -> Entry | None:
+        """Take in a record from a snapshot; with ``results`` it needs no new invocation."""
+        entry = Entry(self._seq, record, key)
+        entry.preset = results
+        return self._admit(entry)
+
+    def _admit(self, entry: Entry) -> Entry | None:
+        self._seq += 1
+        self._live[entry.seq] = entry
+        self.records_inside += 1
+        self._output.add(entry)
+        keys = self._keys
+        if keys is None or keys.acquire(entry.key, entry):
+            entry.state = State.READY
+            return entry
+        return None
+
+    def admit_many(self, elements: list[Any]) -> list[Entry]:
+        """Take in records and watermarks in order: the entries that may start now.
+
+        The same decisions as :meth:`admit` and :meth:`admit_watermark` one by one, made per run
+        of records between watermarks.
+        """
+        ready: list[Entry] = []
+        start = 0
+        for i, element in enumerate(elements):
+            if type(element) is Watermark:
+                ready += self._admit_records(elements[start:i])
+                self.admit_watermark(element)
+                start = i + 1
+        ready += self._admit_records(elements[start:] if start else elements)
+        return ready
+
+    def _admit_records(self, records: list[Any]) -> list[Entry]:
+        if not records:
+            return []
+        key_of, seq = self._key_of, self._seq
+        keys: list[Hashable] = keys_of_many(key_of, records) if key_of else [None] * len(records)
+        pairs = enumerate(zip(records, keys, strict=True), seq)
+        entries = [Entry(i, record, key) for i, (record, key) in pairs]
+        self._seq = seq + len(entries)
+        self._live.update(zip(range(seq, seq + len(entries)), entries, strict=True))
+        self.records_inside += len(entries)
+        self._output.add_records(entries)
+        ready = entries if self._keys is None else self._keys.acquire_many(keys, entries)
+        for entry in ready:
+            entry.state = State.READY
+        return ready
+
+    def admit_watermark(self, watermark: Watermark) -> None:
+        entry = Entry.for_watermark(self._seq, watermark)
+        self._seq += 1
+        self._live[entry.seq] = entry
+        self._output.add(entry)
+
+    def finish(self, entry: Entry) -> Entry | None:
+        """``entry`` has its results or failure: the next entry of its key, now READY, or None."""
+        entry.state = State.DONE
+        self._output.complete(entry)
+        keys = self._keys
+        if keys is None:
+            return None
+        nxt = keys.release(entry.key)
+        if nxt is not None:
+            nxt.state = State.READY
+        return nxt
+
+    def finish_many(self, entries: list[Entry]) -> list[Entry]:
+        """:meth:`finish` for many entries: the next entries of their keys, now READY."""
+        for entry in entries:
+            entry.state = State.DONE
+        self._output.complete_many(entries)
+        if self._keys is None:
+            return []
+        ready = self._keys.release_many([entry.key for entry in entries])
+        for entry in ready:
+            entry.state = State.READY
+        return ready
+
+    def hand_out_many(self, entries: list[Entry]) -> int:
+        """:meth:`hand_out` for many entries; returns how many were records."""
+        live = self._live
+        records = 0
+        for entry in entries:
+            del live[entry.seq]
+            if not entry.watermark:
+                records += 1
+        self.records_inside -= records
+        return records
+
+    def hand_out(self, entry: Entry) -> None:
+        """``entry`` has left the operator (all its results were taken)."""
+        del self._live[entry.seq]
+        if not entry.watermark:
+            self.records_inside -= 1
+
+    def live_entries(self) -> list[Entry]:
+        """Every entry not yet handed out, in arrival order."""
+        return list(self._live.values())
+
+    @property
+    def blocked_keys(self) -> int:
+        return self._keys.blocked_keys if self._keys is not None else 0
+
+    @property
+    def blocked_records(self) -> int:
+        return self._keys.blocked_items if self._keys is not None else 0
+
+    @property
+    def held_by_watermark(self) -> int:
+        out = self._output
+        return out.held if isinstance(out, EpochManager) else 0
+
+    @property
+    def pending_watermarks(self) -> int:
+        return sum(1 for e in self._live.values() if e.watermark)
+
+    @property
+    def idle(self) -> bool:
+        return not self._live

@@ -1,0 +1,92 @@
+"""Errors raised by the keyed async wait operator.
+
+::
+
+    KeyedAsyncWaitError                      base of every error raised here
+    ├── ConfigError (ValueError)             a bad operator parameter; names it and the allowed values
+    ├── RecordKeyError (KeyError)            a record's key is missing or None, or has no stable hash
+    ├── RecordFailedError                    an action failed for good; names the key and the attempts,
+    │   │                                    chained (``__cause__``) to the last exception
+    │   └── RecordTimeoutError (TimeoutError)  the per-record timeout expired (retries included)
+    ├── ResultTypeError (TypeError)          an action returned something that is not a result list
+    └── SnapshotError                        a snapshot cannot be taken or restored (e.g. unpicklable record)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "KeyedAsyncWaitError",
+    "RecordFailedError",
+    "RecordKeyError",
+    "RecordTimeoutError",
+    "ResultTypeError",
+    "SnapshotError",
+]
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class KeyedAsyncWaitError(Exception):
+    """Base class of every error raised by ``keyed_async_wait``."""
+
+
+class ConfigError(KeyedAsyncWaitError, ValueError):
+    """A parameter is out of range or of the wrong kind."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name = name
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{name}={_short(value)} is not allowed; allowed: {allowed}")
+
+
+class RecordKeyError(KeyedAsyncWaitError, KeyError):
+    """The key selector found no usable key in a record."""
+
+    def __init__(self, message: str, record: Any = None) -> None:
+        self.record = record
+        super().__init__(message)
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the plain sentence
+        return str(self.args[0])
+
+
+class RecordFailedError(KeyedAsyncWaitError):
+    """An action failed and no retry is left.
+
+    ``key``, ``attempts`` and ``record`` say which record; the cause is chained.
+    """
+
+    retryable = False
+
+    def __init__(self, key: Any, attempts: int, record: Any, reason: str) -> None:
+        self.key = key
+        self.attempts = attempts
+        self.record = record
+        self.reason = reason
+        super().__init__(
+            f"record with key {_short(key)} failed after {attempts} attempt"
+            f"{'' if attempts == 1 else 's'}: {reason}"
+        )
+
+
+class RecordTimeoutError(RecordFailedError, TimeoutError):
+    """The per-record timeout expired before the action (with its retries) finished."""
+
+    def __init__(self, key: Any, attempts: int, record: Any, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(key, attempts, record, f"timed out after {timeout:g} s (retries included)")
+
+
+class ResultTypeError(KeyedAsyncWaitError, TypeError):
+    """An action returned a value the operator cannot turn into results."""
+
+
+class SnapshotError(KeyedAsyncWaitError):
+    """A snapshot cannot be taken or restored."""

@@ -1,0 +1,118 @@
+"""The action the operator runs per record: :class:`AsyncFunction` or a plain ``async def``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from .exceptions import ConfigError, ResultTypeError
+
+__all__ = ["AsyncFunction", "FunctionAdapter", "adapt_function"]
+
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+
+
+class AsyncFunction(Generic[IN, OUT]):
+    """An asynchronous action per record (Flink's ``AsyncFunction``).
+
+    Override :meth:`invoke`; optionally :meth:`invoke_batch` (then the operator gathers ready
+    records into batches), :meth:`timeout` (a fallback result instead of a timeout error),
+    and :meth:`open` / :meth:`close`, which run inside the event loop that runs the actions,
+    so clients belong there.
+    """
+
+    async def open(self) -> None:
+        """Called once in the event loop before the first record."""
+
+    async def close(self) -> None:
+        """Called once in the event loop after the last record, also after a failure."""
+
+    async def invoke(self, record: IN) -> Sequence[OUT] | None:
+        """The results for one record: a list (empty, or None, for a miss)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement invoke(record)")
+
+    # Optional, detected by the operator:
+    #   async def invoke_batch(self, records: list[IN]) -> list[Sequence[OUT] | BaseException]
+    #   def timeout(self, record: IN) -> Sequence[OUT] | None
+
+
+def _plain_results(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if type(value) is list:
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return [value]
+
+
+def _declared_results(value: Any) -> list[Any]:
+    if type(value) is list:
+        return value
+    if value is None:
+        return []
+    if isinstance(value, (tuple, Sequence)) and not isinstance(value, (str, bytes, dict)):
+        return list(value)
+    raise ResultTypeError(
+        f"invoke() must return a list of results (or None for a miss), got {type(value).__name__}"
+    )
+
+
+class FunctionAdapter:
+    """What the operator calls: one shape for every kind of action.
+
+    ``call(record)`` returns an awaitable of the raw value and ``to_results(raw)`` turns it into
+    a list of results; ``call_batch`` and ``fallback`` are None when the action has none.
+    """
+
+    __slots__ = ("call", "call_batch", "close", "fallback", "name", "open", "to_results")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        call: Callable[[Any], Awaitable[Any]],
+        to_results: Callable[[Any], list[Any]],
+        call_batch: Callable[[list[Any]], Awaitable[Any]] | None = None,
+        fallback: Callable[[Any], Any] | None = None,
+        open: Callable[[], Awaitable[None]] | None = None,
+        close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.name = name
+        self.call = call
+        self.to_results = to_results
+        self.call_batch = call_batch
+        self.fallback = fallback
+        self.open = open
+        self.close = close
+
+
+def adapt_function(function: Any) -> FunctionAdapter:
+    """Accept an :class:`AsyncFunction`, any object with ``async invoke``, or an ``async def``."""
+    if isinstance(function, FunctionAdapter):
+        return function
+    invoke = getattr(function, "invoke", None)
+    if invoke is not None and callable(invoke):
+        cls = type(function)
+        fallback = getattr(function, "timeout", None)
+        if fallback is not None and getattr(cls, "timeout", None) is getattr(AsyncFunction, "timeout", None):
+            fallback = None
+        return FunctionAdapter(
+            name=cls.__name__,
+            call=invoke,
+            to_results=_declared_results,
+            call_batch=getattr(function, "invoke_batch", None),
+            fallback=fallback if callable(fallback) else None,
+            open=getattr(function, "open", None),
+            close=getattr(function, "close", None),
+        )
+    if callable(function):
+        return FunctionAdapter(
+            name=getattr(function, "__name__", type(function).__name__),
+            call=function,
+            to_results=_plain_results,
+        )
+    raise ConfigError(
+        "function", function, "an AsyncFunction, an object with async invoke(record), or an async def"
+    )

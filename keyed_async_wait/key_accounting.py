@@ -1,0 +1,110 @@
+"""Key accounting (FLIP-425): at most one record per key in flight, the rest queued per key."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["KeyAccounting"]
+
+T = TypeVar("T")
+
+
+class KeyAccounting(Generic[T]):
+    """Which record of each key may run.
+
+    Invariant: a key is *occupied* from the moment :meth:`acquire` admits an item for it until
+    :meth:`release` finds no item waiting; while occupied, every further item of that key waits
+    in a FIFO queue and :meth:`release` hands them on one at a time in arrival order. So two
+    items of one key are never admitted together, and per key they are admitted in arrival order.
+    """
+
+    __slots__ = ("_blocked_items", "_keys")
+
+    def __init__(self) -> None:
+        # key -> None (occupied, nobody waiting) or a deque of waiting items
+        self._keys: dict[Hashable, deque[T] | None] = {}
+        self._blocked_items = 0
+
+    def acquire(self, key: Hashable, item: T) -> bool:
+        """True if ``item`` may run now; otherwise it is queued behind its key."""
+        keys = self._keys
+        if key in keys:
+            waiting = keys[key]
+            if waiting is None:
+                keys[key] = waiting = deque()
+            waiting.append(item)
+            self._blocked_items += 1
+            return False
+        keys[key] = None
+        return True
+
+    def acquire_many(self, item_keys: list[Hashable], items: list[T]) -> list[T]:
+        """:meth:`acquire` for many items in order: the items that may run now."""
+        keys, free = self._keys, []
+        blocked = 0
+        for key, item in zip(item_keys, items, strict=True):
+            if key in keys:
+                waiting = keys[key]
+                if waiting is None:
+                    keys[key] = waiting = deque()
+                waiting.append(item)
+                blocked += 1
+            else:
+                keys[key] = None
+                free.append(item)
+        self._blocked_items += blocked
+        return free
+
+    def release_many(self, keys_done: list[Hashable]) -> list[T]:
+        """:meth:`release` for many keys: the items that run next."""
+        keys, nxt = self._keys, []
+        for key in keys_done:
+            waiting = keys[key]
+            if waiting:
+                nxt.append(waiting.popleft())
+                if not waiting:
+                    keys[key] = None
+            else:
+                del keys[key]
+        self._blocked_items -= len(nxt)
+        return nxt
+
+    def release(self, key: Hashable) -> T | None:
+        """The running item of ``key`` is done: the next one of the key (now running), or None."""
+        keys = self._keys
+        waiting = keys[key]
+        if waiting:
+            item = waiting.popleft()
+            self._blocked_items -= 1
+            if not waiting:
+                keys[key] = None
+            return item
+        del keys[key]
+        return None
+
+    def remove_waiting(self, key: Hashable) -> list[T]:
+        """Take every item still waiting behind ``key`` (the running one keeps the key)."""
+        waiting = self._keys.get(key)
+        if not waiting:
+            return []
+        items = list(waiting)
+        self._keys[key] = None
+        self._blocked_items -= len(items)
+        return items
+
+    @property
+    def occupied_keys(self) -> int:
+        return len(self._keys)
+
+    @property
+    def blocked_keys(self) -> int:
+        return sum(1 for waiting in self._keys.values() if waiting)
+
+    @property
+    def blocked_items(self) -> int:
+        return self._blocked_items
+
+    def is_occupied(self, key: Hashable) -> bool:
+        return key in self._keys

@@ -1,0 +1,347 @@
+"""The public operator: Flink's async wait operator with a key-ordered mode (FLIP-12/425/519)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .elements import OutputMode, Watermark
+from .entry import State
+from .exceptions import ConfigError, SnapshotError
+from .function import adapt_function
+from .keys import DEFAULT_MAX_PARALLELISM, key_group_for, make_key_selector
+from .retry import RetryStrategy
+from .runtime import Runtime
+from .snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
+
+DEFAULT_CAPACITY = 100  # Flink's AsyncDataStream default
+DEFAULT_BATCH_SIZE = 1000  # FLIP-425's execution.async-state.buffer-size
+
+OnError = Literal["fail", "emit"]
+OnClose = Literal["cancel", "wait"]
+Output = Literal["results", "pairs"]
+
+
+@dataclass(frozen=True)
+class OperatorStats:
+    """A read-only view of the operator at one moment (for tests, metrics and logs)."""
+
+    inside: int  # records counted against capacity
+    in_flight: int  # running an attempt, or between attempts
+    waiting_retry: int
+    buffered: int  # ready, in the active buffer of a batching action
+    blocked_keys: int  # keys with records waiting behind a running one
+    blocked_records: int
+    finished: int  # results known, not handed out yet
+    held_by_watermark: int
+    pending_watermarks: int
+    records_in: int
+    records_out: int
+    attempts: int
+    retries: int
+    timeouts: int
+    failures: int
+    batches: int
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(name, value, "an integer >= 1")
+    return value
+
+
+def _check_seconds(name: str, value: Any, *, allow_zero: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise ConfigError(name, value, "a number of seconds > 0" + (" or 0" if allow_zero else ""))
+    return float(value)
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:
+    if value not in allowed:
+        raise ConfigError(name, value, ", ".join(repr(a) for a in allowed))
+    return value
+
+
+class KeyedAsyncWaitOperator:
+    """Run an async action per record, concurrently, in ORDERED, UNORDERED or KEY_ORDERED mode.
+
+    ``async for out in operator.process(source)`` reads a sync or async iterable of records and
+    :class:`Watermark` objects and yields results and watermarks. ``function`` is an
+    :class:`AsyncFunction` or an ``async def f(record)`` returning a result, a list of results or
+    None.
+
+    Parameters (keyword only):
+
+    * ``mode``: an :class:`OutputMode` (or its name).
+    * ``key``: field name, list of field names, callable, or ``WHOLE_RECORD``; required for
+      KEY_ORDERED, optional otherwise (used for snapshots and error messages).
+    * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
+    * ``timeout``: seconds per record from the first attempt to the end, retries included.
+    * ``retry``: a :class:`RetryStrategy`.
+    * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
+      :class:`FailedRecord` in its place and goes on.
+    * ``batch_size`` / ``buffer_timeout``: the active buffer of an action with ``invoke_batch``
+      (``batch_size=None`` turns batching off). With ``buffer_timeout=0`` a batch leaves as soon as
+      no more records are at hand; larger values wait up to that long to fill it.
+    * ``output``: ``"results"`` yields each result; ``"pairs"`` yields ``(record, results)`` once
+      per record (results an empty list for a miss).
+    * ``on_close``: what happens to running actions when the consumer stops early.
+    * ``max_parallelism``: the number of key groups of snapshots.
+    """
+
+    def __init__(
+        self,
+        function: Any,
+        *,
+        mode: OutputMode | str,
+        key: Any = None,
+        capacity: int = DEFAULT_CAPACITY,
+        timeout: float | None = None,
+        retry: RetryStrategy | None = None,
+        on_error: OnError = "fail",
+        batch_size: int | None = DEFAULT_BATCH_SIZE,
+        buffer_timeout: float = 0.0,
+        output: Output = "results",
+        on_close: OnClose = "cancel",
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> None:
+        self.function = adapt_function(function)
+        self.mode = OutputMode.parse(mode)
+        self.key = key
+        self.key_selector = make_key_selector(key)
+        if self.mode is OutputMode.KEY_ORDERED and self.key_selector is None:
+            raise ConfigError(
+                "key",
+                key,
+                "KEY_ORDERED needs a key: a field name, a list of field names, a callable, or WHOLE_RECORD",
+            )
+        self.capacity = _check_positive_int("capacity", capacity)
+        self.timeout = None if timeout is None else _check_seconds("timeout", timeout, allow_zero=False)
+        if retry is not None and not isinstance(retry, RetryStrategy):
+            raise ConfigError("retry", retry, "a RetryStrategy or None")
+        self.retry = retry
+        self.on_error: OnError = _check_choice("on_error", on_error, ("fail", "emit"))
+        self.batch_size = None if batch_size is None else _check_positive_int("batch_size", batch_size)
+        self.buffer_timeout = _check_seconds("buffer_timeout", buffer_timeout, allow_zero=True)
+        self.output: Output = _check_choice("output", output, ("results", "pairs"))
+        self.on_close: OnClose = _check_choice("on_close", on_close, ("cancel", "wait"))
+        self.max_parallelism = _check_positive_int("max_parallelism", max_parallelism)
+        self._runtime: Runtime | None = None
+        self._replay: list[SnapshotRecord | Watermark] = []
+        self._last_stats: OperatorStats | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyedAsyncWaitOperator({self.function.name}, mode={self.mode.name}, key={self.key!r}, "
+            f"capacity={self.capacity}, timeout={self.timeout})"
+        )
+
+    # ------------------------------------------------------------------ processing
+
+    async def process(self, source: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+        """Yield results (or ``(record, results)`` pairs) and watermarks for ``source``."""
+        runtime = await self._begin()
+        intake = runtime.loop.create_task(runtime.intake(source, batches=False))
+        pairs = self.output == "pairs"
+        emit_errors = self.on_error == "emit"
+        try:
+            out, handed_out = runtime.ctl.out, runtime.handed_out
+            while True:
+                if runtime.failure is not None:
+                    raise runtime.failure
+                while out:
+                    entry = out.popleft()
+                    if entry.watermark:
+                        handed_out(entry)
+                        yield entry.record
+                        continue
+                    if entry.failure is not None:
+                        handed_out(entry)
+                        if emit_errors:
+                            yield entry.failure
+                        continue
+                    if pairs:
+                        handed_out(entry)
+                        yield (entry.record, entry.results)
+                        continue
+                    results = entry.results
+                    assert results is not None
+                    last = len(results) - 1
+                    if last < 0:
+                        handed_out(entry)
+                        continue
+                    for i in range(entry.emitted, last):
+                        entry.emitted = i + 1
+                        yield results[i]
+                    entry.emitted = last + 1
+                    handed_out(entry)
+                    yield results[last]
+                if runtime.failure is not None:
+                    raise runtime.failure
+                if runtime.finished:
+                    return
+                await runtime.wait_output()
+        finally:
+            await self._end(runtime, intake)
+
+    async def process_batches(
+        self, source: Iterable[Iterable[Any]] | AsyncIterable[Iterable[Any]]
+    ) -> AsyncIterator[list[Any]]:
+        """Like :meth:`process`, over batches: reads iterables of records, yields lists of outputs.
+
+        Cheaper per record; what a caller with columnar batches (Arrow) wants.
+        """
+        runtime = await self._begin()
+        intake = runtime.loop.create_task(runtime.intake(source, batches=True))
+        pairs = self.output == "pairs"
+        emit_errors = self.on_error == "emit"
+        try:
+            out = runtime.ctl.out
+            while True:
+                if runtime.failure is not None:
+                    raise runtime.failure
+                if out:
+                    chunk: list[Any] = []
+                    append, extend = chunk.append, chunk.extend
+                    for entry in runtime.hand_out_all():
+                        if entry.watermark:
+                            append(entry.record)
+                        elif entry.failure is not None:
+                            if emit_errors:
+                                append(entry.failure)
+                        elif pairs:
+                            append((entry.record, entry.results))
+                        elif entry.emitted:
+                            extend(entry.results[entry.emitted :])  # type: ignore[index]
+                        else:
+                            extend(entry.results)  # type: ignore[arg-type]
+                    yield chunk
+                    continue
+                if runtime.finished:
+                    return
+                await runtime.wait_output()
+        finally:
+            await self._end(runtime, intake)
+
+    async def _begin(self) -> Runtime:
+        if self._runtime is not None:
+            raise RuntimeError("this operator is already processing a source; use one per stream")
+        runtime = Runtime(self, self._replay)
+        self._replay = []
+        self._runtime = runtime
+        if self.function.open is not None:
+            try:
+                await self.function.open()
+            except BaseException:
+                self._runtime = None
+                raise
+        return runtime
+
+    async def _end(self, runtime: Runtime, intake: asyncio.Task[None]) -> None:
+        try:
+            await runtime.close(intake, wait_running=self.on_close == "wait")
+        finally:
+            self._last_stats = self._stats_of(runtime)
+            self._runtime = None
+            if self.function.close is not None:
+                await self.function.close()
+
+    # ------------------------------------------------------------------ state
+
+    def snapshot(self) -> OperatorSnapshot:
+        """Every record not yet handed out, and the pending watermarks, grouped by key group.
+
+        Take it between two outputs (while the consumer holds the last one); restore it with
+        :meth:`restore` and feed the source from the position it had reached.
+        """
+        runtime = self._runtime
+        groups: dict[int, list[SnapshotRecord]] = {}
+        watermarks: list[tuple[int, int, Watermark]] = []
+        entries = runtime.ctl.live_entries() if runtime is not None else []
+        pending = list(self._replay) if runtime is None else []
+        for entry in entries:
+            if entry.watermark:
+                watermarks.append((0, entry.seq, entry.record))
+                continue
+            key = entry.key if entry.key is not None else _whole_key(entry.record)
+            rest = None
+            if entry.emitted and entry.results is not None:
+                rest = tuple(entry.results[entry.emitted :])
+            check_picklable(entry.key, entry.record, rest)
+            group = key_group_for(key, self.max_parallelism)
+            groups.setdefault(group, []).append(
+                SnapshotRecord(group, entry.seq, key, entry.record, entry.attempts, rest)
+            )
+        for seq, element in enumerate(pending):
+            if isinstance(element, Watermark):
+                watermarks.append((0, seq, element))
+            else:
+                group = key_group_for(element.key, self.max_parallelism)
+                groups.setdefault(group, []).append(
+                    SnapshotRecord(group, seq, element.key, element.record, element.attempts, element.results)
+                )
+        return OperatorSnapshot(
+            self.max_parallelism,
+            {g: tuple(records) for g, records in groups.items()},
+            tuple(watermarks),
+        )
+
+    def restore(self, snapshot: OperatorSnapshot, subtask_index: int = 0, parallelism: int = 1) -> None:
+        """Replay the key groups this subtask owns before any new input of the next ``process``."""
+        if self._runtime is not None:
+            raise SnapshotError("restore() before process(), not while it runs")
+        if snapshot.max_parallelism != self.max_parallelism:
+            raise SnapshotError(
+                f"snapshot has max_parallelism {snapshot.max_parallelism}, this operator "
+                f"{self.max_parallelism}: key groups would move; use the same max_parallelism"
+            )
+        self._replay = snapshot.replay_for(subtask_index, parallelism)
+
+    # ------------------------------------------------------------------ statistics
+
+    @property
+    def stats(self) -> OperatorStats:
+        """Statistics of the running ``process()``, or of the last one after it ended."""
+        if self._runtime is not None:
+            return self._stats_of(self._runtime)
+        if self._last_stats is not None:
+            return self._last_stats
+        return OperatorStats(*([0] * 16))
+
+    @staticmethod
+    def _stats_of(runtime: Runtime) -> OperatorStats:
+        ctl = runtime.ctl
+        counts = [0, 0, 0, 0, 0]
+        for entry in ctl.live_entries():
+            if not entry.watermark:
+                counts[entry.state] += 1
+        c = runtime.counters
+        return OperatorStats(
+            inside=ctl.records_inside,
+            in_flight=counts[State.RUNNING] + counts[State.WAITING_RETRY],
+            waiting_retry=counts[State.WAITING_RETRY],
+            buffered=len(runtime.buffer),
+            blocked_keys=ctl.blocked_keys,
+            blocked_records=ctl.blocked_records,
+            finished=counts[State.DONE],
+            held_by_watermark=ctl.held_by_watermark,
+            pending_watermarks=ctl.pending_watermarks,
+            records_in=c["records_in"],
+            records_out=c["records_out"],
+            attempts=c["attempts"],
+            retries=c["retries"],
+            timeouts=c["timeouts"],
+            failures=c["failures"],
+            batches=c["batches"],
+        )
+
+
+def _whole_key(record: Any) -> Any:
+    from .keys import freeze
+
+    return freeze(record)

@@ -1,0 +1,584 @@
+"""The asyncio layer of the operator: it awaits, sleeps and cancels; the controller decides.
+
+One :class:`Runtime` exists per ``process()`` call. Actions are started eagerly (see
+:mod:`keyed_async_wait.eager`); only an action that really suspends gets a task. Retries are
+``call_later`` timers, timeouts ``call_at`` timers created only for records that suspend, so a
+record that finishes at once costs neither. Work that becomes possible inside a callback (the
+next record of a key) is queued and run by one loop (:meth:`Runtime._drain`), never by recursion,
+so a long run of synchronously finishing records of one key cannot overflow the stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections import deque
+from collections.abc import AsyncIterable, Iterable
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from .buffer import ActiveBuffer
+from .controller import Controller
+from .eager import Resumed, start
+from .elements import FailedRecord, Watermark
+from .entry import Entry, State
+from .exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
+from .function import FunctionAdapter
+from .snapshot import SnapshotRecord
+
+if TYPE_CHECKING:
+    from .operator import KeyedAsyncWaitOperator
+
+__all__ = ["Runtime"]
+
+_CoroutineType = types.CoroutineType
+_END = object()
+
+
+class _Batch:
+    """One call of ``invoke_batch``: the entries it carries and the task running it."""
+
+    __slots__ = ("entries", "live", "task")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.live = len(entries)
+        self.task: asyncio.Task[Any] | None = None
+
+
+class Runtime:
+    """Runs one ``process()``: intake, invocation, retries, timeouts, batching, shutdown."""
+
+    def __init__(self, op: KeyedAsyncWaitOperator, replay: list[SnapshotRecord | Watermark]) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.op = op
+        self.fn: FunctionAdapter = op.function
+        self.ctl = Controller(op.mode, op.key_selector)
+        self.capacity = op.capacity
+        self.timeout = op.timeout
+        self.retry = op.retry
+        self.result_retry = op.retry is not None and op.retry.retry_on_result.__name__ != "_never"
+        self.emit_errors = op.on_error == "emit"
+        self.batching = op.batch_size is not None and self.fn.call_batch is not None
+        self.buffer = ActiveBuffer(op.batch_size or 1)
+        self.buffer_timeout = op.buffer_timeout
+        self.replay = replay
+        self.failure: BaseException | None = None
+        self.source_done = False
+        self.closing = False
+        self._ready: deque[Entry] = deque()
+        self._draining = False
+        self._running: dict[asyncio.Task[Any], Entry] = {}
+        self._batches: dict[asyncio.Task[Any], _Batch] = {}
+        self._flush_handle: asyncio.Handle | None = None
+        self._output_waiter: asyncio.Future[None] | None = None
+        self._capacity_waiter: asyncio.Future[None] | None = None
+        self.counters = {
+            "records_in": 0,
+            "records_out": 0,
+            "attempts": 0,
+            "retries": 0,
+            "timeouts": 0,
+            "failures": 0,
+            "batches": 0,
+        }
+
+    # ------------------------------------------------------------------ intake
+
+    async def intake(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
+        """Feed the controller from the replay and the source, pausing while it is full."""
+        try:
+            await self._intake_replay()
+            if hasattr(source, "__aiter__"):
+                await self._intake_async(source, batches)  # type: ignore[arg-type]
+            elif batches:
+                for batch in source:
+                    await self._intake_sync(batch)
+            else:
+                await self._intake_sync(source)
+            self.source_done = True
+            self._flush_now()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, not swallowed
+            self._set_failure(exc)
+        finally:
+            self._notify()
+
+    async def _intake_replay(self) -> None:
+        ctl, key_of = self.ctl, self.op.key_selector
+        for element in self.replay:
+            if ctl.records_inside >= self.capacity:
+                await self._wait_capacity()
+            if type(element) is Watermark:
+                ctl.admit_watermark(element)
+                self._notify()
+                continue
+            assert isinstance(element, SnapshotRecord)
+            key = key_of(element.record) if key_of is not None else element.key
+            results = list(element.results) if element.results is not None else None
+            entry = ctl.admit_restored(element.record, key, results)
+            self.counters["records_in"] += 1
+            if entry is not None:
+                self._dispatch(entry)
+        self.replay = []
+
+    async def _intake_sync(self, source: Iterable[Any]) -> None:
+        ctl, capacity, counters = self.ctl, self.capacity, self.counters
+        iterator = iter(source)
+        while True:
+            room = capacity - ctl.records_inside
+            if room <= 0:
+                await self._wait_capacity()
+                if self.failure is not None:
+                    return
+                continue
+            # pull no more than fits: a record taken from the source is always inside, so a
+            # snapshot never misses one
+            chunk = list(islice(iterator, room))
+            if not chunk:
+                return
+            before = ctl.records_inside
+            ready = ctl.admit_many(chunk)
+            admitted = ctl.records_inside - before
+            counters["records_in"] += admitted
+            if admitted != len(chunk):
+                self._notify()  # watermarks may be ready to leave
+            if ready:
+                self._dispatch_many(ready)
+
+    async def _intake_async(self, source: AsyncIterable[Any], batches: bool) -> None:
+        iterator = source.__aiter__()
+        while True:
+            if self.ctl.records_inside >= self.capacity:
+                await self._wait_capacity()
+                if self.failure is not None:
+                    return
+            try:
+                it, first = start(iterator.__anext__())
+            except StopIteration as ready:  # the source had an element at hand
+                element = ready.value
+            except StopAsyncIteration:
+                return
+            else:  # the source must wait: send what the buffer holds before waiting with it
+                self._flush_now()
+                try:
+                    element = await Resumed(it, first)
+                except StopAsyncIteration:
+                    return
+            if batches:
+                await self._intake_sync(element)
+            else:
+                await self._intake_sync((element,))
+
+    async def _wait_capacity(self) -> None:
+        self._flush_now()
+        waiter = self.loop.create_future()
+        self._capacity_waiter = waiter
+        await waiter
+
+    # ------------------------------------------------------------------ output side
+
+    def handed_out(self, entry: Entry) -> None:
+        """The consumer has taken ``entry``'s last result: free its place."""
+        self.ctl.hand_out(entry)
+        if not entry.watermark:
+            self.counters["records_out"] += 1
+        waiter = self._capacity_waiter
+        if waiter is not None and self.ctl.records_inside < self.capacity:
+            self._capacity_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def hand_out_all(self) -> list[Entry]:
+        """Take every entry that may leave now (for batch consumers)."""
+        out = self.ctl.out
+        entries = list(out)
+        out.clear()
+        self.counters["records_out"] += self.ctl.hand_out_many(entries)
+        waiter = self._capacity_waiter
+        if waiter is not None and self.ctl.records_inside < self.capacity:
+            self._capacity_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        return entries
+
+    async def wait_output(self) -> None:
+        waiter = self.loop.create_future()
+        self._output_waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._output_waiter = None
+
+    def _notify(self) -> None:
+        waiter = self._output_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _set_failure(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        waiter = self._capacity_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._notify()
+
+    @property
+    def finished(self) -> bool:
+        return self.source_done and self.ctl.idle
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch_many(self, entries: list[Entry]) -> None:
+        self._ready.extend(entries)
+        if not self._draining:
+            self._drain()
+
+    def _dispatch(self, entry: Entry) -> None:
+        """``entry`` may start: run it now, or after the running callback when one is active."""
+        self._ready.append(entry)
+        if not self._draining:
+            self._drain()
+
+    def _drain(self) -> None:
+        self._draining = True
+        try:
+            ready, now = self._ready, -1.0
+            while ready:
+                if self.batching and not self.closing:
+                    self._drain_into_buffer()
+                    continue
+                entry = ready.popleft()
+                if self.closing:
+                    continue
+                if entry.attempts == 0:
+                    if now < 0:
+                        now = self.loop.time()
+                    entry.started = now
+                    if entry.preset is not None:
+                        self._succeed(entry, entry.preset)
+                        continue
+                if self.batching:
+                    full = self.buffer.add(entry)
+                    if full is not None:
+                        self._send_batch(full)
+                    elif self._flush_handle is None:
+                        self._schedule_flush()
+                else:
+                    self._attempt(entry)
+        finally:
+            self._draining = False
+
+    def _drain_into_buffer(self) -> None:
+        ready, now, fresh = self._ready, self.loop.time(), []
+        while ready:
+            entry = ready.popleft()
+            if entry.attempts == 0:
+                entry.started = now
+                if entry.preset is not None:
+                    self._succeed(entry, entry.preset)
+                    continue
+            fresh.append(entry)
+        for batch in self.buffer.extend(fresh):
+            self._send_batch(batch)
+        if len(self.buffer) and self._flush_handle is None:
+            self._schedule_flush()
+
+    def _attempt(self, entry: Entry) -> None:
+        entry.attempts += 1
+        self.counters["attempts"] += 1
+        entry.state = State.RUNNING
+        try:
+            awaitable = self.fn.call(entry.record)
+            if type(awaitable) is not _CoroutineType and not hasattr(awaitable, "__await__"):
+                self._fail(entry, _not_awaitable(self.fn.name, awaitable))
+                return
+            it, first = start(awaitable)
+        except StopIteration as done:
+            self._on_value(entry, done.value)
+            return
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
+            self._on_error(entry, exc)
+            return
+        task: asyncio.Task[Any] = self.loop.create_task(Resumed(it, first))
+        entry.handle = task
+        self._running[task] = entry
+        task.add_done_callback(self._on_task_done)
+        if self.timeout is not None and entry.timer is None:
+            self._arm_timeout(entry)
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        entry = self._running.pop(task, None)
+        if entry is None or self.closing:
+            if not task.cancelled():
+                task.exception()  # retrieved: it was cancelled too late to matter
+            return
+        entry.handle = None
+        self._draining = True
+        try:
+            if task.cancelled():
+                self._on_error(entry, asyncio.CancelledError())
+            else:
+                exc = task.exception()
+                if exc is None:
+                    self._on_value(entry, task.result())
+                else:
+                    self._on_error(entry, exc)
+        finally:
+            self._draining = False
+        self._drain()
+
+    # ------------------------------------------------------------------ batches
+
+    def _schedule_flush(self) -> None:
+        if self.buffer_timeout > 0:
+            self._flush_handle = self.loop.call_later(self.buffer_timeout, self._flush_callback)
+        else:
+            self._flush_handle = self.loop.call_soon(self._flush_callback)
+
+    def _flush_callback(self) -> None:
+        self._flush_handle = None
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        if not self.batching or not len(self.buffer) or self.closing:
+            return
+        self._draining = True
+        try:
+            self._send_batch(self.buffer.take())
+        finally:
+            self._draining = False
+        self._drain()
+
+    def _send_batch(self, entries: list[Entry]) -> None:
+        batch = _Batch(entries)
+        counters = self.counters
+        counters["batches"] += 1
+        counters["attempts"] += len(entries)
+        running = State.RUNNING
+        for entry in entries:
+            entry.attempts += 1
+            entry.state = running
+            entry.handle = batch
+        try:
+            assert self.fn.call_batch is not None
+            it, first = start(self.fn.call_batch([e.record for e in entries]))
+        except StopIteration as done:
+            self._on_batch_value(batch, done.value)
+            return
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
+            self._on_batch_error(batch, exc)
+            return
+        task: asyncio.Task[Any] = self.loop.create_task(Resumed(it, first))
+        batch.task = task
+        self._batches[task] = batch
+        task.add_done_callback(self._on_batch_done)
+        if self.timeout is not None:
+            for entry in entries:
+                if entry.timer is None:
+                    self._arm_timeout(entry)
+
+    def _on_batch_done(self, task: asyncio.Task[Any]) -> None:
+        batch = self._batches.pop(task, None)
+        if batch is None or self.closing:
+            if not task.cancelled():
+                task.exception()
+            return
+        self._draining = True
+        try:
+            if task.cancelled():
+                self._on_batch_error(batch, asyncio.CancelledError())
+            elif task.exception() is not None:
+                self._on_batch_error(batch, task.exception())  # type: ignore[arg-type]
+            else:
+                self._on_batch_value(batch, task.result())
+        finally:
+            self._draining = False
+        self._drain()
+
+    def _on_batch_value(self, batch: _Batch, values: Any) -> None:
+        entries = batch.entries
+        if not isinstance(values, (list, tuple)) or len(values) != len(entries):
+            got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
+            error = ResultTypeError(
+                f"{self.fn.name}.invoke_batch() must return one result list (or exception) per "
+                f"record: sent {len(entries)} records, got {got}"
+            )
+            for entry in entries:
+                if entry.handle is batch:
+                    entry.handle = None
+                    self._fail(entry, error)
+            return
+        done: list[Entry] = []
+        fast = not self.result_retry
+        for entry, value in zip(entries, values, strict=True):
+            if entry.handle is not batch:
+                continue  # timed out while the batch ran
+            entry.handle = None
+            if fast and type(value) is list:
+                if entry.timer is not None:
+                    entry.timer.cancel()
+                    entry.timer = None
+                entry.results = value
+                done.append(entry)
+            elif isinstance(value, BaseException):
+                self._on_error(entry, value)
+            else:
+                self._on_value(entry, value)
+        if done:
+            nxt = self.ctl.finish_many(done)
+            if nxt:
+                self._dispatch_many(nxt)
+            self._notify()
+
+    def _on_batch_error(self, batch: _Batch, exc: BaseException) -> None:
+        for entry in batch.entries:
+            if entry.handle is batch:
+                entry.handle = None
+                self._on_error(entry, exc)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _on_value(self, entry: Entry, value: Any) -> None:
+        try:
+            results = self.fn.to_results(value)
+        except ResultTypeError as exc:
+            self._fail(entry, exc)
+            return
+        if self.result_retry:
+            assert self.retry is not None
+            delay = self.retry.next_delay(entry.attempts, entry.started, results=results)
+            if delay is not None:
+                self._schedule_retry(entry, delay)
+                return
+        self._succeed(entry, results)
+
+    def _on_error(self, entry: Entry, exc: BaseException) -> None:
+        retry = self.retry
+        if retry is not None and not isinstance(exc, ResultTypeError):
+            delay = retry.next_delay(entry.attempts, entry.started, exception=exc)
+            if delay is not None:
+                self._schedule_retry(entry, delay)
+                return
+        self._fail(entry, exc)
+
+    def _schedule_retry(self, entry: Entry, delay: float) -> None:
+        self.counters["retries"] += 1
+        entry.state = State.WAITING_RETRY
+        entry.handle = self.loop.call_later(delay, self._retry_now, entry)
+        if self.timeout is not None and entry.timer is None:
+            self._arm_timeout(entry)
+
+    def _retry_now(self, entry: Entry) -> None:
+        entry.handle = None
+        self._dispatch(entry)
+
+    def _succeed(self, entry: Entry, results: list[Any]) -> None:
+        timer = entry.timer
+        if timer is not None:
+            timer.cancel()
+            entry.timer = None
+        entry.results = results
+        nxt = self.ctl.finish(entry)
+        if nxt is not None:
+            self._dispatch(nxt)
+        self._notify()
+
+    def _fail(self, entry: Entry, exc: BaseException) -> None:
+        self.counters["failures"] += 1
+        if isinstance(exc, RecordFailedError):
+            error: RecordFailedError = exc
+        else:
+            error = RecordFailedError(entry.key, entry.attempts, entry.record, f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        if not self.emit_errors:
+            timer = entry.timer
+            if timer is not None:
+                timer.cancel()
+                entry.timer = None
+            self._set_failure(error)
+            return
+        entry.failure = FailedRecord(
+            record=entry.record,
+            key=entry.key,
+            error_type=type(exc).__name__,
+            error_message=str(exc),
+            attempts=entry.attempts,
+            exception=exc,
+        )
+        self._succeed(entry, [])
+
+    # ------------------------------------------------------------------ timeouts
+
+    def _arm_timeout(self, entry: Entry) -> None:
+        assert self.timeout is not None
+        entry.timer = self.loop.call_at(entry.started + self.timeout, self._on_timeout, entry)
+
+    def _on_timeout(self, entry: Entry) -> None:
+        entry.timer = None
+        if entry.state == State.DONE or self.closing:
+            return
+        handle, entry.handle = entry.handle, None
+        if isinstance(handle, _Batch):
+            handle.live -= 1
+            if handle.live == 0 and handle.task is not None:
+                self._batches.pop(handle.task, None)
+                handle.task.cancel()
+        elif isinstance(handle, asyncio.Task):
+            self._running.pop(handle, None)
+            handle.cancel()
+        elif handle is not None:
+            handle.cancel()  # a retry timer
+        elif entry.state == State.READY:
+            self.buffer.remove(entry)
+        self.counters["timeouts"] += 1
+        self._draining = True
+        try:
+            fallback = self.fn.fallback
+            if fallback is None:
+                assert self.timeout is not None
+                self._fail(entry, RecordTimeoutError(entry.key, entry.attempts, entry.record, self.timeout))
+            else:
+                try:
+                    results = self.fn.to_results(fallback(entry.record))
+                except Exception as exc:  # noqa: BLE001 - the record fails with it
+                    self._fail(entry, exc)
+                else:
+                    self._succeed(entry, results)
+        finally:
+            self._draining = False
+        self._drain()
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def close(self, intake: asyncio.Task[None], wait_running: bool) -> None:
+        """Stop intake; await or cancel what still runs; leave no task or timer behind."""
+        if not intake.done():
+            intake.cancel()
+        tasks: list[asyncio.Future[Any]] = [intake]
+        running = list(self._running) + list(self._batches)
+        if wait_running and running:
+            bound = self.timeout if self.timeout is not None else None
+            await asyncio.wait(running, timeout=bound)
+        self.closing = True
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        for entry in self.ctl.live_entries():
+            if entry.timer is not None:
+                entry.timer.cancel()
+                entry.timer = None
+            if isinstance(entry.handle, asyncio.TimerHandle):
+                entry.handle.cancel()
+        for task in running:
+            task.cancel()
+        tasks.extend(running)
+        self._running.clear()
+        self._batches.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _not_awaitable(name: str, value: Any) -> ResultTypeError:
+    return ResultTypeError(
+        f"{name}(record) must return an awaitable (use async def), got {type(value).__name__}"
+    )

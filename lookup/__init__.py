@@ -1,0 +1,1 @@
+"""HTTP and Redis lookups: ready AsyncFunctions for the keyed async wait operator."""

@@ -1,0 +1,171 @@
+"""Keyed snapshots: taken at a random point, restored at another parallelism, nothing is lost
+or emitted twice and per-key order holds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import aclosing, suppress
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keyed_async_wait import (
+    KeyedAsyncWaitOperator,
+    OperatorSnapshot,
+    OutputMode,
+    SnapshotError,
+    Watermark,
+    key_group_for,
+    key_group_range,
+    stable_hash,
+    subtask_for_key_group,
+)
+
+from .helpers import TurnsAction, collect, run, until
+
+
+def _restore_and_finish(
+    snap: OperatorSnapshot, rest: list[Any], mode: OutputMode, parallelism: int, capacity: int, result_of: Any
+) -> list[list[Any]]:
+    """Restore into ``parallelism`` subtasks; each gets its key groups of the rest of the input."""
+    outputs = []
+    for index in range(parallelism):
+        owned = key_group_range(index, parallelism, snap.max_parallelism)
+        mine = [r for r in rest if key_group_for(r["k"], snap.max_parallelism) in owned]
+        op = KeyedAsyncWaitOperator(TurnsAction(result_of=result_of), mode=mode, key="k", capacity=capacity)
+        op.restore(snap, index, parallelism)
+        outputs.append(run(collect(op, mine)))
+    return outputs
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 50),
+    keys=st.integers(1, 9),
+    lats=st.lists(st.integers(0, 5), min_size=50, max_size=50),
+    cut=st.integers(0, 60),
+    capacity=st.integers(1, 10),
+    parallelism=st.integers(1, 4),
+    mode=st.sampled_from(list(OutputMode)),
+    multi=st.booleans(),
+)
+def test_snapshot_restored_at_another_parallelism_emits_each_record_once(
+    n: int,
+    keys: int,
+    lats: list[int],
+    cut: int,
+    capacity: int,
+    parallelism: int,
+    mode: OutputMode,
+    multi: bool,
+) -> None:
+    records = [{"id": i, "k": f"key{i % keys}", "lat": lats[i]} for i in range(n)]
+    # with multi, each record yields two results, so a cut can fall between them
+    result_of = (lambda r: [{"id": r["id"], "k": r["k"], "part": p} for p in (0, 1)]) if multi else None
+    source: Iterator[Any] = iter(records)
+
+    async def first_run() -> tuple[list[Any], OperatorSnapshot]:
+        op = KeyedAsyncWaitOperator(TurnsAction(result_of=result_of), mode=mode, key="k", capacity=capacity)
+        taken: list[Any] = []
+        async with aclosing(op.process(source)) as outputs:
+            if cut == 0:
+                return taken, op.snapshot()
+            async for x in outputs:
+                taken.append(x)
+                if len(taken) >= cut:
+                    break
+            return taken, op.snapshot()
+
+    before, snap = run(first_run())
+    snap = OperatorSnapshot.from_bytes(snap.to_bytes())
+    rest = list(source)
+    after = _restore_and_finish(snap, rest, mode, parallelism, capacity, result_of)
+
+    def flat(xs: list[Any]) -> list[Any]:
+        return [y for x in xs for y in (x if isinstance(x, list) else [x])]
+
+    everything = flat(before) + [x for out in after for x in flat(out)]
+    parts = sorted((x["id"], x.get("part", 0)) for x in everything)
+    expected = sorted((r["id"], p) for r in records for p in ((0, 1) if multi else (0,)))
+    assert parts == expected  # nothing lost, nothing twice
+    if mode is OutputMode.KEY_ORDERED or mode is OutputMode.ORDERED:
+        for key in {r["k"] for r in records}:
+            seen = [x["id"] for x in flat(before) if x["k"] == key]
+            for out in after:
+                seen += [x["id"] for x in flat(out) if x["k"] == key]
+            assert seen == sorted(seen)
+
+
+def test_snapshot_keeps_pending_watermarks_in_place() -> None:
+    async def main() -> OperatorSnapshot:
+        op = KeyedAsyncWaitOperator(TurnsAction(), mode="unordered", key="k", capacity=10)
+        stream = [{"id": 0, "k": "a", "lat": 50}, Watermark(1), {"id": 1, "k": "b", "lat": 0}]
+        async with aclosing(op.process(iter(stream))) as outputs:
+            agen = outputs.__aiter__()
+            task = asyncio.ensure_future(agen.__anext__())
+            await until(lambda: op.stats.inside == 2 and op.stats.finished == 1)
+            snap = op.snapshot()
+            task.cancel()
+            with suppress(asyncio.CancelledError, StopAsyncIteration):
+                await task
+            return snap
+
+    snap = run(main())
+    replay = snap.replay_for(0, 1)
+    assert [x.record["id"] if not isinstance(x, Watermark) else x for x in replay] == [0, Watermark(1), 1]
+    op = KeyedAsyncWaitOperator(TurnsAction(), mode="unordered", key="k")
+    op.restore(snap)
+    out = run(collect(op, []))
+    assert [x["id"] if isinstance(x, dict) else x for x in out] == [0, Watermark(1), 1]
+
+
+def test_unpicklable_record_is_named_in_the_error() -> None:
+    async def main() -> None:
+        op = KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key="k", capacity=5)
+        records = [{"id": 0, "k": "lock", "lat": 30, "bad": lambda: 0}]
+        async with aclosing(op.process(iter(records))) as outputs:
+            task = asyncio.ensure_future(outputs.__anext__())
+            await until(lambda: op.stats.in_flight == 1)
+            with pytest.raises(
+                SnapshotError, match=r"key 'lock' cannot be snapshotted: records .* must be picklable"
+            ):
+                op.snapshot()
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    run(main())
+
+
+@given(parallelism=st.integers(1, 128), max_parallelism=st.sampled_from([128, 200, 1000]))
+def test_key_group_ranges_partition_all_groups(parallelism: int, max_parallelism: int) -> None:
+    parallelism = min(parallelism, max_parallelism)
+    seen: list[int] = []
+    for i in range(parallelism):
+        groups = key_group_range(i, parallelism, max_parallelism)
+        assert all(subtask_for_key_group(g, parallelism, max_parallelism) == i for g in groups)
+        seen.extend(groups)
+    assert seen == list(range(max_parallelism))
+
+
+def test_stable_hash_is_the_same_in_every_process() -> None:
+    keys = ["order-1", 42, 4.5, ("a", 1), b"x", None, {"a": [1, 2]}]
+    here = [stable_hash(k) for k in keys]
+    code = (
+        "from keyed_async_wait import stable_hash;"
+        "print([stable_hash(k) for k in ['order-1', 42, 4.5, ('a', 1), b'x', None, {'a': [1, 2]}]])"
+    )
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == str(here)
+    assert stable_hash(1) == stable_hash(1.0) == stable_hash(True)
+    assert stable_hash("1") != stable_hash(1)
