@@ -32,6 +32,12 @@ class AsyncFunction(Generic[IN, OUT]):
         """The results for one record: a list (empty, or None, for a miss)."""
         raise NotImplementedError(f"{type(self).__name__} must implement invoke(record)")
 
+    #: True when :meth:`invoke` may be started eagerly: its code up to the first suspension then
+    #: runs outside any task, so it must suspend (``await asyncio.sleep(0)``) before anything
+    #: that needs ``asyncio.current_task()`` (``asyncio.timeout``, aiohttp requests). A call that
+    #: finishes without suspending (a cache hit) then costs no task at all.
+    eager_start = False
+
     # Optional, detected by the operator:
     #   async def invoke_batch(self, records: list[IN]) -> list[Sequence[OUT] | BaseException]
     #   def timeout(self, record: IN) -> Sequence[OUT] | None
@@ -66,7 +72,7 @@ class FunctionAdapter:
     a list of results; ``call_batch`` and ``fallback`` are None when the action has none.
     """
 
-    __slots__ = ("call", "call_batch", "close", "fallback", "name", "open", "to_results")
+    __slots__ = ("call", "call_batch", "close", "eager", "fallback", "name", "open", "to_results")
 
     def __init__(
         self,
@@ -78,8 +84,10 @@ class FunctionAdapter:
         fallback: Callable[[Any], Any] | None = None,
         open: Callable[[], Awaitable[None]] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
+        eager: bool = False,
     ) -> None:
         self.name = name
+        self.eager = eager
         self.call = call
         self.to_results = to_results
         self.call_batch = call_batch
@@ -106,12 +114,14 @@ def adapt_function(function: Any) -> FunctionAdapter:
             fallback=fallback if callable(fallback) else None,
             open=getattr(function, "open", None),
             close=getattr(function, "close", None),
+            eager=bool(getattr(function, "eager_start", False)),
         )
     if callable(function):
         return FunctionAdapter(
             name=getattr(function, "__name__", type(function).__name__),
             call=function,
             to_results=_plain_results,
+            eager=bool(getattr(function, "eager_start", False)),
         )
     raise ConfigError(
         "function", function, "an AsyncFunction, an object with async invoke(record), or an async def"

@@ -92,6 +92,9 @@ class KeyedAsyncWaitOperator:
       per record (results an empty list for a miss).
     * ``on_close``: what happens to running actions when the consumer stops early.
     * ``max_parallelism``: the number of key groups of snapshots.
+    * ``eager_start``: run each action up to its first suspension before making a task (default:
+      the function's ``eager_start`` attribute, else False). Only for actions that suspend before
+      anything needing ``asyncio.current_task()``; see :attr:`AsyncFunction.eager_start`.
     """
 
     def __init__(
@@ -109,8 +112,11 @@ class KeyedAsyncWaitOperator:
         output: Output = "results",
         on_close: OnClose = "cancel",
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        eager_start: bool | None = None,
     ) -> None:
         self.function = adapt_function(function)
+        if eager_start is not None:
+            self.function.eager = bool(eager_start)
         self.mode = OutputMode.parse(mode)
         self.key = key
         self.key_selector = make_key_selector(key)

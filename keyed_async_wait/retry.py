@@ -49,7 +49,8 @@ class RetryStrategy:
     every exception whose ``retryable`` attribute is not False); ``retry_on_result`` whether a
     result list is (by default none is; :func:`lookup_miss` retries empty results). When the
     attempts are used up on a result predicate, the last result is emitted as it is (Flink's rule);
-    on an exception, the record fails.
+    on an exception, the record fails. An exception with a ``retry_after`` attribute (seconds)
+    is retried no sooner than that.
     """
 
     stop: stop_base
@@ -151,7 +152,12 @@ class RetryStrategy:
         state.outcome = outcome
         if self.stop(state):
             return None
-        return max(0.0, float(self.wait(state)))
+        delay = max(0.0, float(self.wait(state)))
+        # a service that said when to come back (HTTP Retry-After) is not asked again sooner
+        retry_after = getattr(exception, "retry_after", None)
+        if retry_after is not None and retry_after > delay:
+            delay = float(retry_after)
+        return delay
 
 
 def _check_attempts(max_attempts: int) -> None:

@@ -43,7 +43,7 @@ class _Batch:
     def __init__(self, entries: list[Entry]) -> None:
         self.entries = entries
         self.live = len(entries)
-        self.task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Future[Any] | None = None
 
 
 class Runtime:
@@ -68,8 +68,8 @@ class Runtime:
         self.closing = False
         self._ready: deque[Entry] = deque()
         self._draining = False
-        self._running: dict[asyncio.Task[Any], Entry] = {}
-        self._batches: dict[asyncio.Task[Any], _Batch] = {}
+        self._running: dict[asyncio.Future[Any], Entry] = {}
+        self._batches: dict[asyncio.Future[Any], _Batch] = {}
         self._flush_handle: asyncio.Handle | None = None
         self._output_waiter: asyncio.Future[None] | None = None
         self._capacity_waiter: asyncio.Future[None] | None = None
@@ -290,25 +290,39 @@ class Runtime:
         self.counters["attempts"] += 1
         entry.state = State.RUNNING
         try:
-            awaitable = self.fn.call(entry.record)
-            if type(awaitable) is not _CoroutineType and not hasattr(awaitable, "__await__"):
-                self._fail(entry, _not_awaitable(self.fn.name, awaitable))
-                return
-            it, first = start(awaitable)
+            task = self._launch(self.fn.call, entry.record)
         except StopIteration as done:
             self._on_value(entry, done.value)
             return
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
             self._on_error(entry, exc)
             return
-        task: asyncio.Task[Any] = self.loop.create_task(Resumed(it, first))
         entry.handle = task
         self._running[task] = entry
         task.add_done_callback(self._on_task_done)
         if self.timeout is not None and entry.timer is None:
             self._arm_timeout(entry)
 
-    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+    def _launch(self, call: Any, argument: Any) -> asyncio.Future[Any]:
+        """Start one call: the future to wait on, or StopIteration carrying an instant value.
+
+        A coroutine gets a task of its own (so ``asyncio.current_task()`` is right inside it),
+        except for an eager action, which runs up to its first suspension first and gets a task
+        only if it suspends. A future the action returns is waited on as it is.
+        """
+        awaitable = call(argument)
+        if type(awaitable) is _CoroutineType:
+            if not self.fn.eager:
+                return self.loop.create_task(awaitable)
+            it, first = start(awaitable)  # raises StopIteration when it finished
+            return self.loop.create_task(Resumed(it, first))
+        if isinstance(awaitable, asyncio.Future):
+            return awaitable
+        if not hasattr(awaitable, "__await__"):
+            raise _not_awaitable(self.fn.name, awaitable)
+        return asyncio.ensure_future(awaitable)
+
+    def _on_task_done(self, task: asyncio.Future[Any]) -> None:
         entry = self._running.pop(task, None)
         if entry is None or self.closing:
             if not task.cancelled():
@@ -363,14 +377,13 @@ class Runtime:
             entry.handle = batch
         try:
             assert self.fn.call_batch is not None
-            it, first = start(self.fn.call_batch([e.record for e in entries]))
+            task = self._launch(self.fn.call_batch, [e.record for e in entries])
         except StopIteration as done:
             self._on_batch_value(batch, done.value)
             return
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
             self._on_batch_error(batch, exc)
             return
-        task: asyncio.Task[Any] = self.loop.create_task(Resumed(it, first))
         batch.task = task
         self._batches[task] = batch
         task.add_done_callback(self._on_batch_done)
@@ -379,7 +392,7 @@ class Runtime:
                 if entry.timer is None:
                     self._arm_timeout(entry)
 
-    def _on_batch_done(self, task: asyncio.Task[Any]) -> None:
+    def _on_batch_done(self, task: asyncio.Future[Any]) -> None:
         batch = self._batches.pop(task, None)
         if batch is None or self.closing:
             if not task.cancelled():
@@ -525,7 +538,7 @@ class Runtime:
             if handle.live == 0 and handle.task is not None:
                 self._batches.pop(handle.task, None)
                 handle.task.cancel()
-        elif isinstance(handle, asyncio.Task):
+        elif isinstance(handle, asyncio.Future):
             self._running.pop(handle, None)
             handle.cancel()
         elif handle is not None:

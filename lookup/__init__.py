@@ -1,1 +1,40 @@
-"""HTTP and Redis lookups: ready AsyncFunctions for the keyed async wait operator."""
+"""HTTP and Redis lookups: ready ``AsyncFunction``s for the keyed async wait operator.
+
+The lookup key (what is looked up, e.g. ``user_id``) is independent of the operator's ordering
+key (e.g. the upsert key ``order_id``).
+"""
+
+from .base import Lookup, LookupStats
+from .cache import MISS, PartialCache
+from .exceptions import (
+    BadResponseError,
+    LookupServiceError,
+    LookupTimeoutError,
+    RateLimitedError,
+    ServiceUnavailableError,
+    TemplateError,
+    WrongTypeError,
+)
+from .fields import Field
+from .http_lookup import HttpLookup, Secret
+from .redis_lookup import RedisLookup
+from .template import Template
+
+__all__ = [
+    "MISS",
+    "BadResponseError",
+    "Field",
+    "HttpLookup",
+    "Lookup",
+    "LookupServiceError",
+    "LookupStats",
+    "LookupTimeoutError",
+    "PartialCache",
+    "RateLimitedError",
+    "RedisLookup",
+    "Secret",
+    "ServiceUnavailableError",
+    "Template",
+    "TemplateError",
+    "WrongTypeError",
+]

@@ -493,3 +493,12 @@ def test_long_same_key_chains_of_instant_records_do_not_recurse() -> None:
     op = KeyedAsyncWaitOperator(instant, mode="key_ordered", key="k", capacity=20_000)
     out = run(collect(op, recs(20_000, keys=1)))
     assert out == list(range(20_000))
+
+
+def test_retry_after_on_the_exception_sets_the_least_delay() -> None:
+    class Busy(Exception):
+        retry_after = 2.5
+
+    r = RetryStrategy.fixed_delay(3, 0.1)
+    assert r.next_delay(1, 0.0, exception=Busy(), now=0.0) == 2.5
+    assert r.next_delay(1, 0.0, exception=Flaky(), now=0.0) == 0.1

@@ -1,0 +1,235 @@
+"""What every lookup shares: the cache, in-flight deduplication, batches, statistics, and a
+client made lazily inside the event loop that uses it (never pickled)."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Generator, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from keyed_async_wait import AsyncFunction
+
+from .cache import MISS, PartialCache
+from .exceptions import LookupServiceError
+from .fields import Field, FieldMapper
+
+__all__ = ["Lookup", "LookupStats"]
+
+
+@types.coroutine
+def _suspend() -> Generator[None, None, None]:
+    """Give the loop one turn, so that an eagerly started call continues inside its task."""
+    yield
+
+
+@dataclass
+class LookupStats:
+    """Counters of one lookup instance in one process (read-only for callers)."""
+
+    records: int = 0  # records asked for
+    requests: int = 0  # calls to the service (one per GET, one per MGET or batch POST)
+    keys_fetched: int = 0  # lookup keys asked of the service
+    cache_hits: int = 0
+    deduplicated: int = 0  # records served by a request another record had made
+    misses: int = 0  # answers that found nothing
+    errors: int = 0
+
+
+class Lookup(AsyncFunction[Any, dict[str, Any]]):
+    """Base of the lookups. Subclasses implement :meth:`_fetch` (one key) and, when the service
+    has one, :meth:`_fetch_many` (a batch call), plus :meth:`_make_client` / :meth:`_close_client`.
+
+    ``invoke(record)`` returns ``[result]`` or ``[]`` for a miss; ``invoke_batch`` exists when
+    the lookup batches (``self.batching``) and returns one such list, or an exception, per record.
+    """
+
+    service = "service"
+    batching = False
+    # cache hits finish without suspending, so they cost the operator no task; misses yield
+    # once (below) before any I/O, so the request runs inside the task the operator makes
+    eager_start = True
+
+    def __init__(
+        self,
+        *,
+        fields: Sequence[Field | str | tuple[str, str]] | None = None,
+        result_path: str | None = None,
+        cache: PartialCache | None = None,
+        dedup: bool = True,
+    ) -> None:
+        self.mapper = FieldMapper(fields, result_path)
+        self.cache = cache
+        self.dedup = dedup
+        self.stats = LookupStats()
+        self._client: Any = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
+        if self.batching:
+            self.invoke_batch = self._invoke_batch
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def request_key(self, record: Any) -> Hashable:
+        """What identifies one lookup (for the cache, deduplication and batches)."""
+        raise NotImplementedError
+
+    async def _fetch(self, key: Hashable) -> Any:
+        """The decoded answer for one key, or None for a miss."""
+        raise NotImplementedError
+
+    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
+        """Answers (or exceptions) for many keys, in order; by default one ``_fetch`` each."""
+        return await asyncio.gather(*(self._fetch(k) for k in keys), return_exceptions=True)
+
+    def _make_client(self) -> Any:
+        raise NotImplementedError
+
+    async def _close_client(self, client: Any) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ client lifecycle
+
+    def client(self) -> Any:
+        """The client of the running event loop, made on first use in that loop."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            # a client made under another loop fails under this one ("Event loop is closed")
+            self._client = self._make_client()
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await self._close_client(client)
+
+    async def close(self) -> None:
+        await self.aclose()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_client_loop"] = None
+        state["_inflight"] = {}
+        state.pop("invoke_batch", None)
+        state["stats"] = LookupStats()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.batching:
+            self.invoke_batch = self._invoke_batch
+
+    # ------------------------------------------------------------------ lookups
+
+    def _result(self, answer: Any, key: Hashable) -> list[dict[str, Any]]:
+        if answer is None:
+            self.stats.misses += 1
+            return []
+        return [self.mapper.map(answer, key, self.service)]
+
+    async def invoke(self, record: Any) -> list[dict[str, Any]]:
+        self.stats.records += 1
+        key = self.request_key(record)
+        cache = self.cache
+        if cache is not None:
+            cached = cache.get(key)
+            if cached is not MISS:
+                self.stats.cache_hits += 1
+                return self._result(cached, key)
+        await _suspend()
+        if self.dedup:
+            shared = self._inflight.get(key)
+            if shared is not None:
+                self.stats.deduplicated += 1
+                return self._result(await asyncio.shield(shared), key)
+        return self._result(await self._fetch_one(key), key)
+
+    async def _fetch_one(self, key: Hashable) -> Any:
+        future: asyncio.Future[Any] | None = None
+        if self.dedup:
+            future = asyncio.get_running_loop().create_future()
+            self._inflight[key] = future
+        try:
+            self.stats.requests += 1
+            self.stats.keys_fetched += 1
+            answer = await self._fetch(key)
+        except BaseException as exc:
+            self.stats.errors += 1
+            if future is not None:
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: nobody may be waiting on it
+            raise
+        else:
+            if self.cache is not None:
+                self.cache.put(key, answer)
+            if future is not None:
+                future.set_result(answer)
+            return answer
+        finally:
+            if future is not None and self._inflight.get(key) is future:
+                del self._inflight[key]
+
+    async def _invoke_batch(self, records: list[Any]) -> list[Any]:
+        stats, cache = self.stats, self.cache
+        stats.records += len(records)
+        out: list[Any] = [None] * len(records)
+        wanted: dict[Hashable, list[int]] = {}
+        for i, record in enumerate(records):
+            try:
+                key = self.request_key(record)
+            except LookupServiceError as exc:
+                out[i] = exc
+                continue
+            if cache is not None:
+                cached = cache.get(key)
+                if cached is not MISS:
+                    stats.cache_hits += 1
+                    out[i] = self._mapped(cached, key)
+                    continue
+            slots = wanted.get(key)
+            if slots is None:
+                wanted[key] = [i]
+            else:
+                slots.append(i)
+                stats.deduplicated += 1
+        if not wanted:
+            return out
+        await _suspend()
+        keys = list(wanted)
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            answers = await self._fetch_many(keys)
+        except LookupServiceError as exc:
+            stats.errors += 1
+            for slots in wanted.values():
+                for i in slots:
+                    out[i] = exc
+            return out
+        for key, answer in zip(keys, answers, strict=True):
+            if isinstance(answer, BaseException):
+                stats.errors += 1
+                value: Any = answer
+            else:
+                if cache is not None:
+                    cache.put(key, answer)
+                value = self._mapped(answer, key)
+            for i in wanted[key]:
+                out[i] = value
+        return out
+
+    def _mapped(self, answer: Any, key: Hashable) -> Any:
+        try:
+            return self._result(answer, key)
+        except LookupServiceError as exc:
+            return exc
+
+    def output_schema(self) -> str | None:
+        """The declared result columns as a Spark DDL string, when fields were declared."""
+        return self.mapper.schema_ddl()

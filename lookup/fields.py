@@ -1,0 +1,125 @@
+"""Declared output fields: which values of an answer become which result columns, typed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .exceptions import BadResponseError
+
+__all__ = ["Field", "FieldMapper"]
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "int": (int,),
+    "float": (float, int),
+    "bool": (bool,),
+    "json": (object,),
+}
+SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
+
+
+@dataclass(frozen=True)
+class Field:
+    """A result column: ``name``, its ``type`` (string, int, float, bool, json) and the ``path``
+    into the answer (dots for nesting; default: the name). ``required`` fields must be present
+    and not null."""
+
+    name: str
+    type: str = "string"
+    path: str | None = None
+    required: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in _TYPES:
+            raise ValueError(f"field {self.name!r}: type={self.type!r}; allowed: {', '.join(_TYPES)}")
+
+    @property
+    def spark_type(self) -> str:
+        return SPARK_TYPES[self.type]
+
+
+def _parse(spec: Field | str | tuple[str, str] | tuple[str, str, str]) -> Field:
+    if isinstance(spec, Field):
+        return spec
+    if isinstance(spec, str):
+        return Field(spec)
+    return Field(*spec)
+
+
+class FieldMapper:
+    """Turns one decoded answer (a dict) into a result dict of the declared fields."""
+
+    def __init__(
+        self, fields: Sequence[Field | str | tuple[str, str]] | None, result_path: str | None = None
+    ):
+        self.fields = tuple(_parse(f) for f in fields) if fields else None
+        self.result_path = result_path
+
+    def schema_ddl(self) -> str | None:
+        if self.fields is None:
+            return None
+        return ", ".join(f"{f.name} {f.spark_type}" for f in self.fields)
+
+    def map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
+        value = _walk(answer, self.result_path, lookup_key, service) if self.result_path else answer
+        if self.fields is None:
+            return value
+        if not isinstance(value, Mapping):
+            raise BadResponseError(
+                f"expected a JSON object with fields {[f.name for f in self.fields]}, got "
+                f"{type(value).__name__}",
+                lookup_key=lookup_key,
+                service=service,
+                body=repr(value),
+            )
+        out: dict[str, Any] = {}
+        for field in self.fields:
+            found = _walk(value, field.path or field.name, lookup_key, service, missing_ok=True)
+            if found is None:
+                if field.required:
+                    raise BadResponseError(
+                        f"required field {field.name!r} (path {field.path or field.name!r}) is missing",
+                        lookup_key=lookup_key,
+                        service=service,
+                        body=repr(value),
+                    )
+                out[field.name] = None
+                continue
+            allowed = _TYPES[field.type]
+            if field.type == "json":
+                import json
+
+                found = json.dumps(found) if not isinstance(found, str) else found
+            elif not isinstance(found, allowed) or (
+                field.type in ("int", "float") and isinstance(found, bool)
+            ):
+                raise BadResponseError(
+                    f"field {field.name!r} should be {field.type}, got {type(found).__name__} {found!r}",
+                    lookup_key=lookup_key,
+                    service=service,
+                    body=repr(value),
+                )
+            elif field.type == "float":
+                found = float(found)  # type: ignore[arg-type]
+            out[field.name] = found
+        return out
+
+
+def _walk(value: Any, path: str, lookup_key: Any, service: str, missing_ok: bool = False) -> Any:
+    for part in path.split("."):
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif missing_ok:
+            return None
+        else:
+            raise BadResponseError(
+                f"path {path!r} not found in the answer",
+                lookup_key=lookup_key,
+                service=service,
+                body=repr(value),
+            )
+    return value

@@ -1,0 +1,217 @@
+"""RedisLookup: GET, HGETALL or HMGET by key template, batched through MGET or a pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+
+from .base import Lookup
+from .cache import PartialCache
+from .exceptions import (
+    BadResponseError,
+    LookupTimeoutError,
+    ServiceUnavailableError,
+    WrongTypeError,
+)
+from .fields import Field
+from .template import Template
+
+__all__ = ["RedisLookup"]
+
+COMMANDS = ("GET", "HGETALL", "HMGET")
+DECODES = ("json", "raw")
+
+
+class RedisLookup(Lookup):
+    """Look records up in Redis.
+
+    ``key``: a template over the record's fields (``user:{user_id}``). ``command``: ``GET``
+    (the value, JSON-decoded with ``decode="json"`` or a string with ``decode="raw"``),
+    ``HGETALL`` (the hash as a dict) or ``HMGET`` (the ``hash_fields`` as a dict). A missing
+    key (or an empty hash) is a miss. Batches go through one MGET (GET) or one pipeline
+    (the hash commands).
+
+    Connection: ``url`` (``redis://``, ``rediss://``, ``unix://``), ``db``, and the password from
+    ``password_env`` (or inside the URL); one connection pool per worker process and loop, made
+    on first use.
+    """
+
+    service = "redis"
+    batching = True
+
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        *,
+        command: str = "GET",
+        decode: str = "json",
+        hash_fields: Sequence[str] | None = None,
+        fields: Sequence[Field | str | tuple[str, str]] | None = None,
+        result_path: str | None = None,
+        db: int | None = None,
+        password_env: str | None = None,
+        max_connections: int = 100,
+        socket_timeout: float = 5.0,
+        cache: PartialCache | None = None,
+        dedup: bool = True,
+    ) -> None:
+        super().__init__(fields=fields, result_path=result_path, cache=cache, dedup=dedup)
+        command = command.upper()
+        if command not in COMMANDS:
+            raise ValueError(f"command={command!r}; allowed: {', '.join(COMMANDS)}")
+        if decode not in DECODES:
+            raise ValueError(f"decode={decode!r}; allowed: {', '.join(DECODES)}")
+        if command == "HMGET" and not hash_fields:
+            raise ValueError("command='HMGET' needs hash_fields=[...]")
+        self.url = url
+        self.key = Template(key)
+        self.command = command
+        self.decode = decode
+        self.hash_fields = list(hash_fields or [])
+        self.db = db
+        self.password_env = password_env
+        self.max_connections = max_connections
+        self.socket_timeout = socket_timeout
+
+    def __repr__(self) -> str:
+        return f"RedisLookup({self.command} {self.key.text!r})"
+
+    # ------------------------------------------------------------------ client
+
+    def _make_client(self) -> aioredis.Redis:
+        password = os.environ.get(self.password_env) if self.password_env else None
+        kwargs: dict[str, Any] = {
+            "max_connections": self.max_connections,
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+            "decode_responses": False,
+        }
+        if self.db is not None:
+            kwargs["db"] = self.db
+        if password is not None:
+            kwargs["password"] = password
+        return aioredis.from_url(self.url, **kwargs)
+
+    async def _close_client(self, client: aioredis.Redis) -> None:
+        await client.aclose()
+
+    # ------------------------------------------------------------------ lookups
+
+    def request_key(self, record: Any) -> Hashable:
+        return self.key.render(record)
+
+    async def _fetch(self, key: Hashable) -> Any:
+        client = self.client()
+        with _converted(key):
+            if self.command == "GET":
+                raw = await client.get(key)
+            elif self.command == "HGETALL":
+                raw = await client.hgetall(key)
+            else:
+                raw = await client.hmget(key, self.hash_fields)
+        return self._decoded(key, raw)
+
+    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
+        client = self.client()
+        with _converted(keys[:5]):
+            if self.command == "GET":
+                raws = await client.mget(keys)
+                # MGET answers nil for a key of another type: tell those from real misses
+                nils = [k for k, raw in zip(keys, raws, strict=True) if raw is None]
+                if nils:
+                    pipe = client.pipeline(transaction=False)
+                    for key in nils:
+                        pipe.type(key)
+                    kinds = dict(zip(nils, await pipe.execute(), strict=True))
+                    raws = [
+                        _wrong_type(k, kinds[k]) if raw is None and kinds[k] not in (b"none", "none") else raw
+                        for k, raw in zip(keys, raws, strict=True)
+                    ]
+            else:
+                pipe = client.pipeline(transaction=False)
+                for key in keys:
+                    if self.command == "HGETALL":
+                        pipe.hgetall(key)
+                    else:
+                        pipe.hmget(key, self.hash_fields)
+                raws = await pipe.execute(raise_on_error=False)
+        out: list[Any] = []
+        for key, raw in zip(keys, raws, strict=True):
+            if isinstance(raw, redis_errors.ResponseError):
+                out.append(_response_error(key, raw))
+                continue
+            try:
+                out.append(self._decoded(key, raw))
+            except BadResponseError as exc:
+                out.append(exc)
+        return out
+
+    def _decoded(self, key: Hashable, raw: Any) -> Any:
+        if raw is None:
+            return None
+        if self.command == "GET":
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            if self.decode == "raw":
+                return text
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise BadResponseError(
+                    f"value is not JSON ({exc}); use decode='raw' for plain strings",
+                    lookup_key=key,
+                    service=self.service,
+                    body=text,
+                ) from exc
+        if self.command == "HGETALL":
+            if not raw:
+                return None
+            return {_text(k): _text(v) for k, v in raw.items()}
+        values = [_text(v) for v in raw]
+        if all(v is None for v in values):
+            return None
+        return dict(zip(self.hash_fields, values, strict=True))
+
+
+def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:
+    return redis_errors.ResponseError(f"WRONGTYPE key holds a {_text(kind)}, not a string (GET through MGET)")
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _response_error(key: Any, exc: redis_errors.ResponseError) -> BadResponseError:
+    message = str(exc)
+    if message.startswith("WRONGTYPE"):
+        return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis")
+    return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis")
+
+
+class _converted:
+    """Turns redis-py errors into lookup errors, at the boundary."""
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, redis_errors.TimeoutError):
+            raise LookupTimeoutError(
+                f"Redis did not answer: {exc}", lookup_key=self.key, service="redis"
+            ) from exc
+        if isinstance(exc, (redis_errors.ConnectionError, OSError)):
+            raise ServiceUnavailableError(
+                f"Redis unavailable: {type(exc).__name__}: {exc}", lookup_key=self.key, service="redis"
+            ) from exc
+        if isinstance(exc, redis_errors.ResponseError):
+            raise _response_error(self.key, exc) from exc

@@ -1,0 +1,156 @@
+"""A small aiohttp lookup service on loopback, for tests, the demo and the benchmarks.
+
+``GET /users/{id}`` answers a profile (404 for an unknown id), ``POST /users/batch`` answers
+many (a JSON list of ids in, an object from id to profile out). Latency, a log of every call
+(key, start, end) and faults (a status for the next N calls with Retry-After, malformed JSON,
+answers slower than a client's timeout) are set on :class:`ServiceState`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["ServiceState", "profile_of", "run_service"]
+
+TIERS = ("bronze", "silver", "gold")
+
+
+def profile_of(user_id: int) -> dict[str, Any]:
+    return {
+        "id": user_id,
+        "name": f"user-{user_id}",
+        "tier": TIERS[user_id % 3],
+        "score": round((user_id * 7919 % 1000) / 10, 1),
+        "address": {"city": f"city-{user_id % 50}"},
+    }
+
+
+@dataclass
+class ServiceState:
+    """What the service does; tests change it while it runs (plain attributes, one writer)."""
+
+    users: int = 100_000
+    latency: float = 0.0
+    fail_status: int | None = None
+    fail_count: int = 0  # how many calls still get fail_status (-1: every call)
+    retry_after: str | None = None
+    malformed: bool = False
+    slow_ids: set[str] = field(default_factory=set)
+    slow_seconds: float = 30.0
+    record_calls: bool = False
+    calls: list[tuple[str, float, float]] = field(default_factory=list)  # (key, start, end)
+    requests: int = 0
+
+    def fail(self, status: int, count: int = -1, retry_after: str | None = None) -> None:
+        self.fail_status, self.fail_count, self.retry_after = status, count, retry_after
+
+    def heal(self) -> None:
+        self.fail_status, self.fail_count, self.retry_after = None, 0, None
+
+
+def _app(state: ServiceState) -> web.Application:
+    async def answer(key: str, payload: Any) -> web.Response:
+        state.requests += 1
+        start = time.monotonic()
+        try:
+            if state.fail_status is not None and state.fail_count != 0:
+                if state.fail_count > 0:
+                    state.fail_count -= 1
+                headers = {"Retry-After": state.retry_after} if state.retry_after else None
+                return web.Response(status=state.fail_status, text="injected fault", headers=headers)
+            delay = state.slow_seconds if key in state.slow_ids else state.latency
+            if delay:
+                await asyncio.sleep(delay)
+            if payload is None:
+                return web.Response(status=404, text="not found")
+            if state.malformed:
+                return web.Response(text="{not json", content_type="application/json")
+            return web.json_response(payload)
+        finally:
+            if state.record_calls:
+                state.calls.append((key, start, time.monotonic()))
+
+    async def user(request: web.Request) -> web.Response:
+        key = request.match_info["user_id"]
+        known = key.isdigit() and int(key) < state.users
+        return await answer(key, profile_of(int(key)) if known else None)
+
+    async def batch(request: web.Request) -> web.Response:
+        ids = await request.json()
+        out = {str(i): profile_of(int(i)) for i in ids if str(i).isdigit() and int(i) < state.users}
+        return await answer("batch:" + json.dumps(ids[:3]), out)
+
+    app = web.Application()
+    app.add_routes([web.get("/users/{user_id}", user), web.post("/users/batch", batch)])
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def run_service(
+    state: ServiceState | None = None, port: int | None = None
+) -> Iterator[tuple[str, ServiceState]]:
+    """Run the service on 127.0.0.1 in a thread of its own; yields ``(base_url, state)``."""
+    state = state or ServiceState()
+    port = port or free_port()
+    ready = threading.Event()
+    stop: dict[str, Any] = {}
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        loop = asyncio.new_event_loop()
+        runner = web.AppRunner(_app(state), access_log=None, handle_signals=False)
+        try:
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start())
+            stop["loop"], stop["event"] = loop, asyncio.Event()
+            ready.set()
+            loop.run_until_complete(stop["event"].wait())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            failure.append(exc)
+            ready.set()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    thread = threading.Thread(target=serve, name=f"lookup-service:{port}", daemon=True)
+    thread.start()
+    if not ready.wait(30) or failure:
+        cause = failure[0] if failure else None
+        raise RuntimeError(f"lookup service did not start on port {port}") from cause
+    try:
+        yield f"http://127.0.0.1:{port}", state
+    finally:
+        stop["loop"].call_soon_threadsafe(stop["event"].set)
+        thread.join(30)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run the lookup service until interrupted.")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--latency", type=float, default=0.02)
+    args = parser.parse_args()
+    with run_service(ServiceState(latency=args.latency), args.port) as (url, _):
+        print(f"serving {url}/users/{{id}} and POST {url}/users/batch; Ctrl-C stops", flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

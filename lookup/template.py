@@ -1,0 +1,60 @@
+"""Templates over a record's fields: ``"user:{user_id}"``, ``"http://svc/users/{user_id}"``."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from .exceptions import TemplateError
+
+__all__ = ["Template"]
+
+
+def _quote_all(value: str) -> str:
+    return quote(value, safe="")
+
+
+class Template:
+    """A compiled ``str.format``-style template whose fields come from a record.
+
+    Only plain field names are allowed (no format specs or attribute access); a field that is
+    missing or None in the record raises a :class:`TemplateError` naming it.
+    """
+
+    __slots__ = ("_fields", "_parts", "_quote", "text")
+
+    def __init__(self, text: str, *, url_quote: bool = False) -> None:
+        self.text = text
+        self._quote: Callable[[str], str] = _quote_all if url_quote else str
+        parts: list[tuple[str, str | None]] = []
+        for literal, field, spec, conv in string.Formatter().parse(text):
+            if field is not None and (spec or conv or not field.isidentifier()):
+                raise ValueError(
+                    f"template {text!r}: use plain field names like {{user_id}}, got {{{field}}}"
+                )
+            parts.append((literal, field))
+        self._parts = parts
+        self._fields = tuple(f for _, f in parts if f is not None)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self._fields
+
+    def render(self, record: Any) -> str:
+        out = []
+        for literal, field in self._parts:
+            out.append(literal)
+            if field is not None:
+                try:
+                    value = record[field]
+                except (KeyError, IndexError, TypeError):
+                    raise TemplateError(self.text, field, record) from None
+                if value is None:
+                    raise TemplateError(self.text, field, record)
+                out.append(self._quote(str(value)))
+        return "".join(out)
+
+    def __repr__(self) -> str:
+        return f"Template({self.text!r})"

@@ -1,0 +1,235 @@
+"""HttpLookup against real HTTP servers on loopback: the project's service and pytest-httpserver."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+
+from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from lookup import (
+    BadResponseError,
+    Field,
+    HttpLookup,
+    LookupTimeoutError,
+    PartialCache,
+    RateLimitedError,
+    ServiceUnavailableError,
+)
+from lookup.service import free_port, profile_of
+
+from ..core.helpers import run
+
+FIELDS = [Field("name"), Field("tier"), Field("score", "float"), Field("city", "string", "address.city")]
+
+
+def orders(n: int, users: int = 10) -> list[dict[str, Any]]:
+    return [{"order_id": i % 7, "seq": i, "user_id": i % users} for i in range(n)]
+
+
+async def lookup_all(fn: HttpLookup, records: list[dict[str, Any]], **kw: Any) -> list[Any]:
+    op = KeyedAsyncWaitOperator(fn, mode="key_ordered", key="order_id", output="pairs", **kw)
+    try:
+        return [pair async for pair in op.process(records)]
+    finally:
+        await fn.aclose()
+
+
+def test_get_maps_declared_fields_and_keeps_the_ordering_key_apart(service: Any) -> None:
+    url, _ = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", fields=FIELDS)
+    pairs = run(lookup_all(fn, orders(30)))
+    assert len(pairs) == 30
+    for record, results in pairs:
+        p = profile_of(record["user_id"])
+        city = p["address"]["city"]
+        assert results == [{"name": p["name"], "tier": p["tier"], "score": p["score"], "city": city}]
+    assert fn.output_schema() == "name string, tier string, score double, city string"
+
+
+def test_404_is_a_miss_not_an_error(service: Any) -> None:
+    url, _ = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", fields=FIELDS)
+    pairs = run(lookup_all(fn, [{"order_id": 1, "user_id": 10**9}]))
+    assert pairs[0][1] == []
+    assert fn.stats.misses == 1
+
+
+def test_429_with_retry_after_is_retried_and_waits(service: Any) -> None:
+    url, state = service
+    state.fail(429, count=2, retry_after="0.2")
+    fn = HttpLookup(f"{url}/users/{{user_id}}", fields=FIELDS)
+
+    async def one() -> tuple[Any, float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        out = await lookup_all(fn, [{"order_id": 1, "user_id": 3}], retry=RetryStrategy.fixed_delay(5, 0.01))
+        return out, loop.time() - start
+
+    pairs, took = run(one())
+    assert pairs[0][1][0]["name"] == "user-3"
+    assert took >= 0.4  # two Retry-After waits of 0.2 s, not two 0.01 s delays
+    assert state.requests == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "retryable"),
+    [
+        (503, ServiceUnavailableError, True),
+        (500, ServiceUnavailableError, True),
+        (429, RateLimitedError, True),
+        (400, BadResponseError, False),
+        (403, BadResponseError, False),
+    ],
+)
+def test_status_codes_map_to_errors(service: Any, status: int, error: type, retryable: bool) -> None:
+    url, state = service
+    state.fail(status)
+    fn = HttpLookup(f"{url}/users/{{user_id}}")
+    with pytest.raises(RecordFailedError) as info:
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 3}], retry=RetryStrategy.fixed_delay(2, 0.0)))
+    cause = info.value.__cause__
+    assert isinstance(cause, error) and cause.retryable is retryable
+    assert cause.lookup_key == f"{url}/users/3"
+    assert info.value.attempts == (2 if retryable else 1)
+
+
+def test_slower_than_the_request_timeout_is_a_retryable_timeout(service: Any) -> None:
+    url, state = service
+    state.slow_ids = {"3"}
+    state.slow_seconds = 5
+    fn = HttpLookup(f"{url}/users/{{user_id}}", request_timeout=0.1)
+    with pytest.raises(RecordFailedError) as info:
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 3}]))
+    assert isinstance(info.value.__cause__, LookupTimeoutError)
+    assert isinstance(info.value.__cause__, TimeoutError) and info.value.__cause__.retryable
+
+
+def test_malformed_json_names_the_key_and_is_not_retried(service: Any) -> None:
+    url, state = service
+    state.malformed = True
+    fn = HttpLookup(f"{url}/users/{{user_id}}")
+    with pytest.raises(RecordFailedError, match=r"users/4.*not JSON.*body: \{not json") as info:
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 4}], retry=RetryStrategy.fixed_delay(3, 0.0)))
+    assert info.value.attempts == 1
+
+
+def test_connection_refused_is_unavailable() -> None:
+    fn = HttpLookup(f"http://127.0.0.1:{free_port()}/users/{{user_id}}")
+    with pytest.raises(RecordFailedError) as info:
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 4}]))
+    assert isinstance(info.value.__cause__, ServiceUnavailableError)
+
+
+def test_template_field_missing_is_named() -> None:
+    fn = HttpLookup("http://127.0.0.1:1/users/{user_id}")
+    with pytest.raises(RecordFailedError, match=r"needs field 'user_id'.*\['order_id'\]"):
+        run(lookup_all(fn, [{"order_id": 1}]))
+
+
+def test_answer_not_matching_declared_fields_is_named(service: Any) -> None:
+    url, _ = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", fields=[Field("name", "int")])
+    with pytest.raises(RecordFailedError, match=r"field 'name' should be int, got str"):
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 2}]))
+
+
+def test_secrets_reach_the_server_and_nowhere_else(httpserver: HTTPServer, monkeypatch: Any) -> None:
+    monkeypatch.setenv("KAW_TEST_TOKEN", "s3cr3t-token")
+    httpserver.expect_request("/users/1", headers={"Authorization": "Bearer s3cr3t-token"}).respond_with_json(
+        {"name": "x"}
+    )
+    httpserver.expect_request("/users/2").respond_with_data("nope", status=400)
+    fn = HttpLookup(httpserver.url_for("/users/{user_id}"), bearer_token_env="KAW_TEST_TOKEN")
+    assert run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))[0][1] == [{"name": "x"}]
+    with pytest.raises(RecordFailedError) as info:
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 2}]))
+    for text in (repr(fn), str(info.value), str(info.value.__cause__)):
+        assert "s3cr3t" not in text
+    assert "***" in repr(fn)
+
+
+def test_query_params_headers_and_json_body_templates(httpserver: HTTPServer) -> None:
+    httpserver.expect_request(
+        "/lookup",
+        method="POST",
+        query_string="region=eu",
+        headers={"X-Tenant": "t9"},
+        json={"user": 7, "tag": "u-7"},
+    ).respond_with_json({"ok": True})
+    fn = HttpLookup(
+        httpserver.url_for("/lookup"),
+        method="POST",
+        params={"region": "{region}"},
+        headers={"X-Tenant": "{tenant}"},
+        json_body={"user": "{user_id}", "tag": "u-{user_id}"},
+    )
+    record = {"order_id": 1, "user_id": 7, "region": "eu", "tenant": "t9"}
+    assert run(lookup_all(fn, [record]))[0][1] == [{"ok": True}]
+
+
+def test_batch_endpoint_sends_many_keys_per_request(service: Any) -> None:
+    url, state = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", batch_url=f"{url}/users/batch", fields=FIELDS)
+    records = [*orders(200, users=50), {"order_id": 3, "seq": 999, "user_id": 10**9}]
+    pairs = run(lookup_all(fn, records, capacity=200))
+    assert len(pairs) == 201
+    for record, results in pairs:
+        if record["user_id"] == 10**9:
+            assert results == []
+        else:
+            assert results[0]["name"] == f"user-{record['user_id']}"
+    assert state.requests < 201 / 5
+    assert fn.stats.requests == state.requests
+
+
+def test_in_flight_deduplication_makes_one_request(service: Any) -> None:
+    url, state = service
+    state.latency = 0.05
+    fn = HttpLookup(f"{url}/users/{{user_id}}")
+    records = [{"order_id": i, "user_id": 5} for i in range(20)]
+    pairs = run(lookup_all(fn, records))
+    assert all(res[0]["name"] == "user-5" for _, res in pairs)
+    assert state.requests == 1 and fn.stats.deduplicated == 19
+
+
+def test_cache_serves_repeats_without_requests(service: Any) -> None:
+    url, state = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", cache=PartialCache(100))
+    run(lookup_all(fn, orders(10, users=5)))
+    first = state.requests
+    run(lookup_all(fn, orders(10, users=5)))
+    assert first <= 5 and state.requests == first
+    assert fn.stats.cache_hits >= 10
+
+
+def test_connection_limit_is_sized_not_aiohttps_default() -> None:
+    fn = HttpLookup("http://127.0.0.1:1/u/{id}", max_connections=500)
+
+    async def limit() -> int:
+        session = fn.client()
+        try:
+            return session.connector.limit  # type: ignore[union-attr]
+        finally:
+            await fn.aclose()
+
+    assert run(limit()) == 500
+
+
+def test_pickling_never_carries_a_live_session(service: Any) -> None:
+    url, _ = service
+    fn = HttpLookup(f"{url}/users/{{user_id}}", cache=PartialCache(10))
+    run(lookup_all(fn, orders(3)))
+
+    async def used_then_pickled() -> HttpLookup:
+        fn.client()
+        copy = pickle.loads(pickle.dumps(fn))
+        await fn.aclose()
+        return copy
+
+    copy = run(used_then_pickled())
+    assert copy._client is None and len(copy.cache) == 0
+    assert run(lookup_all(copy, orders(3)))[0][1][0]["name"] == "user-0"

@@ -1,0 +1,120 @@
+"""RedisLookup against a real Redis server."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pytest
+import redis
+
+from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError
+from lookup import BadResponseError, Field, RedisLookup, ServiceUnavailableError, WrongTypeError
+from lookup.service import free_port
+
+from ..core.helpers import run
+
+
+@pytest.fixture(scope="module")
+def db(redis_url: str) -> redis.Redis:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    for i in range(100):
+        client.set(f"price:{i}", json.dumps({"sku": i, "price": i * 1.5}))
+        client.hset(f"user:{i}", mapping={"name": f"user-{i}", "tier": "gold" if i % 2 else "silver"})
+    client.set("raw:1", "plain text")
+    client.set("bad:1", "{not json")
+    client.lpush("list:1", "x")
+    return client
+
+
+async def lookup_all(fn: RedisLookup, records: list[dict[str, Any]], **kw: Any) -> list[Any]:
+    op = KeyedAsyncWaitOperator(fn, mode="key_ordered", key="order_id", output="pairs", **kw)
+    try:
+        return [pair async for pair in op.process(records)]
+    finally:
+        await fn.aclose()
+
+
+def test_get_json_in_batches_through_mget(db: redis.Redis, redis_url: str) -> None:
+    fn = RedisLookup(redis_url, "price:{sku}", fields=[Field("price", "float")])
+    records = [{"order_id": i % 9, "sku": i % 120} for i in range(300)]
+    pairs = run(lookup_all(fn, records, capacity=300))
+    for record, results in pairs:
+        assert results == ([] if record["sku"] >= 100 else [{"price": record["sku"] * 1.5}])
+    assert fn.stats.requests < 300 / 5  # MGETs, not one GET per record
+
+
+def test_get_raw_hgetall_and_hmget(db: redis.Redis, redis_url: str) -> None:
+    raw = RedisLookup(redis_url, "raw:{id}", decode="raw")
+    assert run(lookup_all(raw, [{"order_id": 1, "id": 1}]))[0][1] == ["plain text"]
+    hall = RedisLookup(redis_url, "user:{id}", command="HGETALL")
+    assert run(lookup_all(hall, [{"order_id": 1, "id": 3}, {"order_id": 2, "id": 999}]))[0][1] == [
+        {"name": "user-3", "tier": "gold"}
+    ]
+    hm = RedisLookup(redis_url, "user:{id}", command="HMGET", hash_fields=["tier"])
+    out = run(lookup_all(hm, [{"order_id": 1, "id": 4}, {"order_id": 2, "id": 999}]))
+    assert [res for _, res in out] == [[{"tier": "silver"}], []]
+
+
+def test_single_gets_without_batching(db: redis.Redis, redis_url: str) -> None:
+    fn = RedisLookup(redis_url, "price:{sku}", fields=[Field("price", "float")])
+    op = KeyedAsyncWaitOperator(fn, mode="unordered", key="order_id", batch_size=None, output="pairs")
+
+    async def go() -> list[Any]:
+        try:
+            return [p async for p in op.process([{"order_id": 1, "sku": 2}, {"order_id": 2, "sku": 3}])]
+        finally:
+            await fn.aclose()
+
+    assert sorted(r[1][0]["price"] for r in run(go())) == [3.0, 4.5]
+
+
+def test_wrong_type_names_the_key_and_is_not_retried(db: redis.Redis, redis_url: str) -> None:
+    fn = RedisLookup(redis_url, "list:{id}")
+    with pytest.raises(RecordFailedError, match=r"'list:1'.*wrong type.*WRONGTYPE") as info:
+        run(lookup_all(fn, [{"order_id": 1, "id": 1}]))
+    assert isinstance(info.value.__cause__, WrongTypeError) and not info.value.__cause__.retryable
+
+
+def test_value_that_is_not_json_is_named(db: redis.Redis, redis_url: str) -> None:
+    fn = RedisLookup(redis_url, "bad:{id}")
+    with pytest.raises(RecordFailedError, match=r"'bad:1'.*not JSON.*decode='raw'") as info:
+        run(lookup_all(fn, [{"order_id": 1, "id": 1}]))
+    assert isinstance(info.value.__cause__, BadResponseError)
+
+
+def test_unreachable_redis_is_unavailable_and_retryable() -> None:
+    fn = RedisLookup(f"redis://127.0.0.1:{free_port()}/0", "price:{sku}", socket_timeout=1)
+    with pytest.raises(RecordFailedError) as info:
+        run(lookup_all(fn, [{"order_id": 1, "sku": 1}]))
+    assert isinstance(info.value.__cause__, ServiceUnavailableError) and info.value.__cause__.retryable
+
+
+def test_pickles_without_a_pool(db: redis.Redis, redis_url: str) -> None:
+    fn = RedisLookup(redis_url, "price:{sku}")
+    run(lookup_all(fn, [{"order_id": 1, "sku": 1}]))
+
+    async def pickled_while_live() -> RedisLookup:
+        fn.client()
+        copy = pickle.loads(pickle.dumps(fn))
+        await fn.aclose()
+        return copy
+
+    copy = run(pickled_while_live())
+    assert copy._client is None
+    assert run(lookup_all(copy, [{"order_id": 1, "sku": 2}]))[0][1] == [{"sku": 2, "price": 3.0}]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"command": "SCAN"}, "command='SCAN'; allowed: GET, HGETALL, HMGET"),
+        ({"decode": "xml"}, "decode='xml'; allowed: json, raw"),
+        ({"command": "HMGET"}, "needs hash_fields"),
+    ],
+)
+def test_bad_configuration_is_named(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        RedisLookup("redis://127.0.0.1:1/0", "k:{id}", **kwargs)
