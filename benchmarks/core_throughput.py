@@ -75,11 +75,11 @@ def main() -> None:
 
         return body
 
-    def operator_of(action: Any, mode: OutputMode, keys: int, capacity: int = 100) -> Body:
+    def operator_of(action: Any, mode: OutputMode, keys: int, eager: bool, capacity: int = 100) -> Body:
         data = records(keys)
 
         async def body() -> int:
-            op = KeyedAsyncWaitOperator(action, mode=mode, key="k", capacity=capacity)
+            op = KeyedAsyncWaitOperator(action, mode=mode, key="k", capacity=capacity, eager_start=eager)
             count = 0
             async for _ in op.process(data):
                 count += 1
@@ -88,13 +88,18 @@ def main() -> None:
         return body
 
     print(f"records per run: {n:,}; median of {args.repeats} runs; capacity 100 (Flink's default)")
-    for label, action in (("no-op action", noop), ("action that yields once", yielding)):
+    variants = (
+        ("no-op action, a task per record (default)", noop, False),
+        ("no-op action, eager_start=True (a task only if it suspends)", noop, True),
+        ("action that yields once, a task per record (default)", yielding, False),
+    )
+    for label, action, eager in variants:
         base = best_rate(n, gather_of(action), args.repeats)
         print(f"\n{label}: bare asyncio.gather, one coroutine per record: {base:,.0f} rec/s")
         print(f"{'mode':<12} {'keys':>6} {'rec/s':>12} {'x gather':>9}")
         for mode in OutputMode:
             for keys in (1, 10_000):
-                rate = best_rate(n, operator_of(action, mode, keys), args.repeats)
+                rate = best_rate(n, operator_of(action, mode, keys, eager), args.repeats)
                 print(f"{mode.name:<12} {keys:>6} {rate:>12,.0f} {rate / base:>8.2f}x")
 
     batch_n = n * 5

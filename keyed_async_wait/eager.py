@@ -7,11 +7,12 @@ what ``asyncio.eager_task_factory`` does from Python 3.12 on, done by hand for 3
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-__all__ = ["Resumed", "start"]
+__all__ = ["Resumed", "Settling", "start"]
 
 _CoroutineType = types.CoroutineType
 
@@ -61,6 +62,74 @@ class Resumed(Coroutine[Any, Any, Any]):
         return self
 
     def __iter__(self) -> Resumed:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+
+_NOT_YET: Any = object()
+
+
+class Settling(Coroutine[Any, Any, None]):
+    """A coroutine for a task that runs actions and reports each outcome in the same step.
+
+    ``report(value, failure)`` is called right where an action finishes (no done callback, no
+    extra loop turn). It may hand back the next action to run in this same task, as
+    ``(iterator, first, report, is_ours)``: a chain of records (the next of a key) then runs in
+    one task. A cancellation for which ``is_ours()`` is true (a timeout or a close) is not
+    reported: it ends the task. Every ``send`` and ``throw`` goes into the running action, even a
+    cancellation before the first step, so its cleanup runs and it is never "never awaited".
+    """
+
+    __slots__ = ("_first", "_is_ours", "_iterator", "_report")
+
+    def __init__(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> None:
+        self._iterator = iterator
+        self._first = first  # what an eager start already got from it, or _NOT_YET
+        self._report = report
+        self._is_ours = is_ours
+
+    def send(self, value: Any) -> Any:
+        first = self._first
+        if first is not _NOT_YET:
+            self._first = _NOT_YET
+            return first
+        return self._step(value, None)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._first = _NOT_YET
+        exc = typ if val is None and isinstance(typ, BaseException) else (val if val is not None else typ())
+        return self._step(None, exc)
+
+    def _step(self, value: Any, exc: BaseException | None) -> Any:
+        while True:
+            try:
+                if exc is None:
+                    return self._iterator.send(value)
+                return self._iterator.throw(exc)
+            except StopIteration as done:
+                nxt = self._report(done.value, None)
+            except asyncio.CancelledError:
+                if self._is_ours():
+                    raise
+                nxt = self._report(None, asyncio.CancelledError())
+            except Exception as failure:  # noqa: BLE001 - the outcome of the action
+                nxt = self._report(None, failure)
+            if nxt is None:
+                raise StopIteration
+            self._iterator, first, self._report, self._is_ours = nxt
+            if first is not _NOT_YET:
+                return first  # it was started eagerly and is waiting on this
+            value, exc = None, None
+
+    def close(self) -> None:
+        self._iterator.close()
+
+    def __await__(self) -> Settling:
+        return self
+
+    def __iter__(self) -> Settling:
         return self
 
     def __next__(self) -> Any:

@@ -14,12 +14,13 @@ import asyncio
 import types
 from collections import deque
 from collections.abc import AsyncIterable, Iterable
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .buffer import ActiveBuffer
 from .controller import Controller
-from .eager import Resumed, start
+from .eager import _NOT_YET, Resumed, Settling, start
 from .elements import FailedRecord, Watermark
 from .entry import Entry, State
 from .exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
@@ -71,6 +72,9 @@ class Runtime:
         self._running: dict[asyncio.Future[Any], Entry] = {}
         self._batches: dict[asyncio.Future[Any], _Batch] = {}
         self._flush_handle: asyncio.Handle | None = None
+        # the task settling a record right now, and what it was handed to run next
+        self._adopter: asyncio.Future[Any] | None = None
+        self._adopted: list[Any] = []
         self._output_waiter: asyncio.Future[None] | None = None
         self._capacity_waiter: asyncio.Future[None] | None = None
         self.counters = {
@@ -290,55 +294,93 @@ class Runtime:
         self.counters["attempts"] += 1
         entry.state = State.RUNNING
         try:
-            task = self._launch(self.fn.call, entry.record)
+            awaitable, first = self._prepare(self.fn.call, entry.record)
         except StopIteration as done:
             self._on_value(entry, done.value)
             return
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
             self._on_error(entry, exc)
             return
+        if isinstance(awaitable, asyncio.Future):
+            task: asyncio.Future[Any] = awaitable
+            task.add_done_callback(self._on_future_done)
+        elif self._adopter is not None and not self._adopted:
+            # a task is settling a record right now: it runs this one next, no new task
+            task = self._adopter
+            self._adopted.append(
+                (
+                    awaitable,
+                    first,
+                    partial(self._settle_record, entry),
+                    partial(_cancelled_by_us, self, entry),
+                )
+            )
+        else:
+            task = self.loop.create_task(
+                Settling(
+                    awaitable,
+                    first,
+                    partial(self._settle_record, entry),
+                    partial(_cancelled_by_us, self, entry),
+                )
+            )
         entry.handle = task
         self._running[task] = entry
-        task.add_done_callback(self._on_task_done)
         if self.timeout is not None and entry.timer is None:
             self._arm_timeout(entry)
 
-    def _launch(self, call: Any, argument: Any) -> asyncio.Future[Any]:
-        """Start one call: the future to wait on, or StopIteration carrying an instant value.
+    def _prepare(self, call: Any, argument: Any) -> tuple[Any, Any]:
+        """Call the action: ``(iterator, first yielded or _NOT_YET)`` to drive in a task, or
+        ``(future, None)`` to wait on; raises StopIteration carrying an instant value.
 
-        A coroutine gets a task of its own (so ``asyncio.current_task()`` is right inside it),
-        except for an eager action, which runs up to its first suspension first and gets a task
-        only if it suspends. A future the action returns is waited on as it is.
+        A coroutine runs in a task of its own (so ``asyncio.current_task()`` is right inside it),
+        except that an eager action first runs up to its first suspension here.
         """
         awaitable = call(argument)
         if type(awaitable) is _CoroutineType:
             if not self.fn.eager:
-                return self.loop.create_task(awaitable)
-            it, first = start(awaitable)  # raises StopIteration when it finished
-            return self.loop.create_task(Resumed(it, first))
+                return awaitable, _NOT_YET
+            return start(awaitable)
         if isinstance(awaitable, asyncio.Future):
-            return awaitable
-        if not hasattr(awaitable, "__await__"):
-            raise _not_awaitable(self.fn.name, awaitable)
-        return asyncio.ensure_future(awaitable)
+            return awaitable, None
+        if hasattr(awaitable, "__await__"):
+            return awaitable.__await__(), _NOT_YET
+        raise _not_awaitable(self.fn.name, awaitable)
 
-    def _on_task_done(self, task: asyncio.Future[Any]) -> None:
-        entry = self._running.pop(task, None)
+    def _settle_record(self, entry: Entry, value: Any, failure: BaseException | None) -> Any:
+        """Settle ``entry`` inside its task's step; return the next attempt for that task to run
+        (one that became ready while settling), or None to end the task."""
+        task = entry.handle
+        if self.closing or task is None:
+            return None  # timed out while finishing
+        self._running.pop(task, None)
+        entry.handle = None
+        self._adopter, self._adopted = task, []
+        try:
+            self._settle(entry, value, failure)
+        finally:
+            adopted, self._adopter, self._adopted = self._adopted, None, []
+        return adopted[0] if adopted else None
+
+    def _on_future_done(self, future: asyncio.Future[Any]) -> None:
+        entry = self._running.pop(future, None)
         if entry is None or self.closing:
-            if not task.cancelled():
-                task.exception()  # retrieved: it was cancelled too late to matter
+            if not future.cancelled():
+                future.exception()  # retrieved: it was cancelled too late to matter
             return
         entry.handle = None
+        if future.cancelled():
+            self._settle(entry, None, asyncio.CancelledError())
+        else:
+            self._settle(entry, future.result() if future.exception() is None else None, future.exception())
+
+    def _settle(self, entry: Entry, value: Any, failure: BaseException | None) -> None:
         self._draining = True
         try:
-            if task.cancelled():
-                self._on_error(entry, asyncio.CancelledError())
+            if failure is None:
+                self._on_value(entry, value)
             else:
-                exc = task.exception()
-                if exc is None:
-                    self._on_value(entry, task.result())
-                else:
-                    self._on_error(entry, exc)
+                self._on_error(entry, failure)
         finally:
             self._draining = False
         self._drain()
@@ -377,35 +419,42 @@ class Runtime:
             entry.handle = batch
         try:
             assert self.fn.call_batch is not None
-            task = self._launch(self.fn.call_batch, [e.record for e in entries])
+            awaitable, first = self._prepare(self.fn.call_batch, [e.record for e in entries])
         except StopIteration as done:
             self._on_batch_value(batch, done.value)
             return
         except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
             self._on_batch_error(batch, exc)
             return
+        if isinstance(awaitable, asyncio.Future):
+            awaitable = awaitable.__await__()
+            first = _NOT_YET
+        task: asyncio.Future[Any] = self.loop.create_task(
+            Settling(
+                awaitable,
+                first,
+                partial(self._settle_batch, batch),
+                partial(_batch_cancelled_by_us, self, batch),
+            )
+        )
         batch.task = task
         self._batches[task] = batch
-        task.add_done_callback(self._on_batch_done)
         if self.timeout is not None:
             for entry in entries:
                 if entry.timer is None:
                     self._arm_timeout(entry)
 
-    def _on_batch_done(self, task: asyncio.Future[Any]) -> None:
-        batch = self._batches.pop(task, None)
-        if batch is None or self.closing:
-            if not task.cancelled():
-                task.exception()
+    def _settle_batch(self, batch: _Batch, values: Any, failure: BaseException | None) -> None:
+        if self.closing:
             return
+        if batch.task is not None:
+            self._batches.pop(batch.task, None)
         self._draining = True
         try:
-            if task.cancelled():
-                self._on_batch_error(batch, asyncio.CancelledError())
-            elif task.exception() is not None:
-                self._on_batch_error(batch, task.exception())  # type: ignore[arg-type]
+            if failure is None:
+                self._on_batch_value(batch, values)
             else:
-                self._on_batch_value(batch, task.result())
+                self._on_batch_error(batch, failure)
         finally:
             self._draining = False
         self._drain()
@@ -589,6 +638,14 @@ class Runtime:
         self._running.clear()
         self._batches.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _cancelled_by_us(runtime: Runtime, entry: Entry) -> bool:
+    return runtime.closing or entry.handle is None
+
+
+def _batch_cancelled_by_us(runtime: Runtime, batch: _Batch) -> bool:
+    return runtime.closing or batch.live == 0
 
 
 def _not_awaitable(name: str, value: Any) -> ResultTypeError:

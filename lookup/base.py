@@ -140,6 +140,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 self.stats.cache_hits += 1
                 return self._result(cached, key)
         await _suspend()
+        if cache is not None:  # filled while we yielded?
+            cached = cache.get(key)
+            if cached is not MISS:
+                self.stats.cache_hits += 1
+                return self._result(cached, key)
         if self.dedup:
             shared = self._inflight.get(key)
             if shared is not None:
@@ -175,53 +180,79 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             if future is not None and self._inflight.get(key) is future:
                 del self._inflight[key]
 
+    def request_keys(self, records: list[Any]) -> list[Hashable | LookupServiceError]:
+        """:meth:`request_key` for many records; a record without one gets its error."""
+        try:
+            return self._request_keys_fast(records)
+        except LookupServiceError:
+            pass
+        keys: list[Hashable | LookupServiceError] = []
+        for record in records:
+            try:
+                keys.append(self.request_key(record))
+            except LookupServiceError as exc:
+                keys.append(exc)
+        return keys
+
+    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+        return [self.request_key(record) for record in records]
+
     async def _invoke_batch(self, records: list[Any]) -> list[Any]:
         stats, cache = self.stats, self.cache
         stats.records += len(records)
+        keys = self.request_keys(records)
         out: list[Any] = [None] * len(records)
-        wanted: dict[Hashable, list[int]] = {}
-        for i, record in enumerate(records):
-            try:
-                key = self.request_key(record)
-            except LookupServiceError as exc:
-                out[i] = exc
+        cached = cache.get_many(keys) if cache is not None else None
+        wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
+        repeated = False
+        for i, key in enumerate(keys):
+            if isinstance(key, LookupServiceError):
+                out[i] = key
                 continue
-            if cache is not None:
-                cached = cache.get(key)
-                if cached is not MISS:
-                    stats.cache_hits += 1
-                    out[i] = self._mapped(cached, key)
-                    continue
-            slots = wanted.get(key)
-            if slots is None:
-                wanted[key] = [i]
-            else:
-                slots.append(i)
+            if cached is not None and cached[i] is not MISS:
+                stats.cache_hits += 1
+                out[i] = self._mapped(cached[i], key)
+                continue
+            slot = wanted.setdefault(key, i)
+            if slot != i:
+                repeated = True
                 stats.deduplicated += 1
+                wanted[key] = [*slot, i] if isinstance(slot, list) else [slot, i]
         if not wanted:
             return out
         await _suspend()
-        keys = list(wanted)
+        unique = list(wanted)
         stats.requests += 1
-        stats.keys_fetched += len(keys)
+        stats.keys_fetched += len(unique)
         try:
-            answers = await self._fetch_many(keys)
+            answers = await self._fetch_many(unique)
         except LookupServiceError as exc:
             stats.errors += 1
-            for slots in wanted.values():
-                for i in slots:
+            for slot in wanted.values():
+                for i in slot if isinstance(slot, list) else (slot,):
                     out[i] = exc
             return out
-        for key, answer in zip(keys, answers, strict=True):
+        plain = self.mapper.fields is None and self.mapper.result_path is None
+        for key, answer in zip(unique, answers, strict=True):
             if isinstance(answer, BaseException):
                 stats.errors += 1
                 value: Any = answer
             else:
                 if cache is not None:
                     cache.put(key, answer)
-                value = self._mapped(answer, key)
-            for i in wanted[key]:
-                out[i] = value
+                if answer is None:
+                    stats.misses += 1
+                    value = []
+                elif plain:
+                    value = [answer]
+                else:
+                    value = self._mapped(answer, key)
+            slot = wanted[key]
+            if repeated and isinstance(slot, list):
+                for i in slot:
+                    out[i] = value
+            else:
+                out[slot] = value
         return out
 
     def _mapped(self, answer: Any, key: Hashable) -> Any:

@@ -79,6 +79,26 @@ class PartialCache:
         self.stats.hits += 1
         return row[0]
 
+    def get_many(self, keys: list[Hashable]) -> list[Any]:
+        """:meth:`get` for many keys (``MISS`` where absent)."""
+        if self._timed:
+            return [self.get(key) for key in keys]
+        rows, move, miss = self._rows, self._rows.move_to_end, MISS
+        out: list[Any] = []
+        append = out.append
+        hits = 0
+        for key in keys:
+            row = rows.get(key)
+            if row is None:
+                append(miss)
+            else:
+                move(key)
+                append(row[0])
+                hits += 1
+        self.stats.hits += hits
+        self.stats.misses += len(keys) - hits
+        return out
+
     def put(self, key: Hashable, value: Any) -> None:
         if value is None and not self.cache_missing_key:
             return

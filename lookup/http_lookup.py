@@ -205,6 +205,11 @@ class HttpLookup(Lookup):
             return url
         return (url, params, headers, body)
 
+    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+        if self.batching and self.key is not None:
+            return self.key.render_many(records)
+        return [self.request_key(record) for record in records]
+
     async def _fetch(self, key: Hashable) -> Any:
         if isinstance(key, tuple):
             url, params, headers, body = key

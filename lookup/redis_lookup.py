@@ -106,6 +106,9 @@ class RedisLookup(Lookup):
     def request_key(self, record: Any) -> Hashable:
         return self.key.render(record)
 
+    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+        return self.key.render_many(records)
+
     async def _fetch(self, key: Hashable) -> Any:
         client = self.client()
         with _converted(key):
@@ -141,6 +144,11 @@ class RedisLookup(Lookup):
                     else:
                         pipe.hmget(key, self.hash_fields)
                 raws = await pipe.execute(raise_on_error=False)
+        if self.command == "GET" and self.decode == "json":
+            try:  # the common case in one comprehension; any oddity takes the careful path
+                return [None if raw is None else json.loads(raw) for raw in raws]
+            except (TypeError, ValueError):
+                pass
         out: list[Any] = []
         for key, raw in zip(keys, raws, strict=True):
             if isinstance(raw, redis_errors.ResponseError):

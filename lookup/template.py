@@ -42,6 +42,22 @@ class Template:
     def fields(self) -> tuple[str, ...]:
         return self._fields
 
+    def render_many(self, records: list[Any]) -> list[str]:
+        """:meth:`render` for many records; one comprehension when the template has one field."""
+        if len(self._fields) == 1 and self._quote is str:
+            field = self._fields[0]
+            prefix = self._parts[0][0]
+            suffix = "".join(literal for literal, _ in self._parts[1:])
+            try:
+                values = [record[field] for record in records]
+            except (KeyError, IndexError, TypeError):
+                values = None
+            if values is not None and None not in values:
+                if suffix:
+                    return [f"{prefix}{value}{suffix}" for value in values]
+                return [f"{prefix}{value}" for value in values]
+        return [self.render(record) for record in records]  # raises the precise error
+
     def render(self, record: Any) -> str:
         out = []
         for literal, field in self._parts:

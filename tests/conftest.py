@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from lookup.embedded import redis_url_or_embedded
 from lookup.service import ServiceState, run_service
-
-os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")
