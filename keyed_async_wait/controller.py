@@ -96,12 +96,16 @@ class Controller:
         key_of, seq = self._key_of, self._seq
         keys: list[Hashable] = keys_of_many(key_of, records) if key_of else [None] * len(records)
         pairs = enumerate(zip(records, keys, strict=True), seq)
-        entries = [Entry(i, record, key) for i, (record, key) in pairs]
+        # without key accounting every record may start at once
+        state = State.READY if self._keys is None else State.BLOCKED
+        entries = [Entry(i, record, key, state) for i, (record, key) in pairs]
         self._seq = seq + len(entries)
         self._live.update(zip(range(seq, seq + len(entries)), entries, strict=True))
         self.records_inside += len(entries)
         self._output.add_records(entries)
-        ready = entries if self._keys is None else self._keys.acquire_many(keys, entries)
+        if self._keys is None:
+            return entries
+        ready = self._keys.acquire_many(keys, entries)
         for entry in ready:
             entry.state = State.READY
         return ready
@@ -124,10 +128,14 @@ class Controller:
             nxt.state = State.READY
         return nxt
 
-    def finish_many(self, entries: list[Entry]) -> list[Entry]:
-        """:meth:`finish` for many entries: the next entries of their keys, now READY."""
-        for entry in entries:
-            entry.state = State.DONE
+    def finish_many(self, entries: list[Entry], marked: bool = False) -> list[Entry]:
+        """:meth:`finish` for many entries: the next entries of their keys, now READY.
+
+        ``marked``: the caller already set every entry's state to DONE.
+        """
+        if not marked:
+            for entry in entries:
+                entry.state = State.DONE
         self._output.complete_many(entries)
         if self._keys is None:
             return []
@@ -136,9 +144,17 @@ class Controller:
             entry.state = State.READY
         return ready
 
-    def hand_out_many(self, entries: list[Entry]) -> int:
-        """:meth:`hand_out` for many entries; returns how many were records."""
+    def hand_out_many(self, entries: list[Entry], records_only: bool = False) -> int:
+        """:meth:`hand_out` for many entries; returns how many were records.
+
+        ``records_only``: the caller knows no watermark is among them.
+        """
         live = self._live
+        if records_only:
+            for entry in entries:
+                del live[entry.seq]
+            self.records_inside -= len(entries)
+            return len(entries)
         records = 0
         for entry in entries:
             del live[entry.seq]

@@ -22,30 +22,44 @@ class State:
 class Entry:
     """One record (or one watermark) inside the operator.
 
-    ``seq`` is the arrival number; ``epoch`` the watermark epoch it belongs to; ``handle`` what
-    runs it now (a task, a batch, a retry timer) so that a timeout or close can stop it;
+    ``seq`` is the arrival number (it also places the entry in its watermark epoch); ``handle``
+    what runs it now (a task, a batch, a retry timer) so that a timeout or close can stop it;
     ``preset`` holds results restored from a snapshot that need no new invocation.
 
-    The rarely changed fields are class-level defaults: creating an entry is on the hot path,
-    and setting four attributes costs a third of setting fourteen.
+    Slotted, with every field set in ``__init__``: measured, creating and then updating such an
+    entry costs about half of what class-level defaults cost (CPython 3.11).
     """
 
-    watermark = False
-    epoch: Any = None
-    attempts = 0
-    started = 0.0
-    results: list[Any] | None = None
-    failure: Any = None
-    handle: Any = None
-    timer: Any = None
-    preset: list[Any] | None = None
-    emitted = 0
+    __slots__ = (
+        "attempts",
+        "emitted",
+        "failure",
+        "handle",
+        "key",
+        "preset",
+        "record",
+        "results",
+        "seq",
+        "started",
+        "state",
+        "timer",
+        "watermark",
+    )
 
     def __init__(self, seq: int, record: Any, key: Any, state: int = State.BLOCKED) -> None:
         self.seq = seq
         self.record = record
         self.key = key
         self.state = state
+        self.watermark = False
+        self.attempts = 0
+        self.started = 0.0
+        self.results: list[Any] | None = None
+        self.failure: Any = None
+        self.handle: Any = None
+        self.timer: Any = None
+        self.preset: list[Any] | None = None
+        self.emitted = 0
 
     @classmethod
     def for_watermark(cls, seq: int, watermark: Any) -> Entry:

@@ -212,9 +212,14 @@ class KeyedAsyncWaitOperator:
                 if runtime.failure is not None:
                     raise runtime.failure
                 if out:
+                    entries = runtime.hand_out_all()
+                    if not pairs and runtime.plain_output:
+                        # nothing but finished records, none partly taken: one comprehension
+                        yield [result for entry in entries for result in entry.results]  # type: ignore[union-attr]
+                        continue
                     chunk: list[Any] = []
                     append, extend = chunk.append, chunk.extend
-                    for entry in runtime.hand_out_all():
+                    for entry in entries:
                         if entry.watermark:
                             append(entry.record)
                         elif entry.failure is not None:

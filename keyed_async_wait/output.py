@@ -57,9 +57,10 @@ class OrderedQueue:
 
 
 class _Epoch:
-    __slots__ = ("held", "pending", "watermark")
+    __slots__ = ("first_seq", "held", "pending", "watermark")
 
-    def __init__(self) -> None:
+    def __init__(self, first_seq: int) -> None:
+        self.first_seq = first_seq  # records with seq >= this (up to the next epoch) belong here
         self.pending = 0  # records of this epoch not finished yet
         self.held: list[Entry] = []  # finished, waiting for an earlier epoch to close
         self.watermark: Entry | None = None  # the watermark that closed this epoch
@@ -72,33 +73,42 @@ class EpochManager:
     epoch n leaves only after the watermark closing epoch n-1 has left; that watermark leaves
     only after every record of epochs up to n-1 has left. Records of later epochs may *run*
     before a watermark leaves: only their output waits.
+
+    An entry's epoch is found from its arrival number, so nothing is stored per entry, and
+    while no watermark is pending there is a single epoch and no search at all.
     """
 
     __slots__ = ("_epochs", "_out")
 
     def __init__(self, out: deque[Entry]) -> None:
         self._out = out
-        self._epochs: deque[_Epoch] = deque([_Epoch()])
+        self._epochs: deque[_Epoch] = deque([_Epoch(0)])
 
     def add(self, entry: Entry) -> None:
         epoch = self._epochs[-1]
         if entry.watermark:
             epoch.watermark = entry
-            self._epochs.append(_Epoch())
+            self._epochs.append(_Epoch(entry.seq + 1))
             self._advance()
         else:
             epoch.pending += 1
-            entry.epoch = epoch
 
     def add_records(self, entries: list[Entry]) -> None:
         """:meth:`add` for many record entries (no watermarks)."""
-        epoch = self._epochs[-1]
-        epoch.pending += len(entries)
-        for entry in entries:
-            entry.epoch = epoch
+        self._epochs[-1].pending += len(entries)
+
+    def _epoch_of(self, entry: Entry) -> _Epoch:
+        epochs = self._epochs
+        if len(epochs) == 1:
+            return epochs[0]
+        seq = entry.seq
+        for epoch in reversed(epochs):  # few epochs are ever pending at once
+            if seq >= epoch.first_seq:
+                return epoch
+        raise AssertionError(f"no epoch for {entry!r}")
 
     def complete(self, entry: Entry) -> None:
-        epoch: _Epoch = entry.epoch
+        epoch = self._epoch_of(entry)
         epoch.pending -= 1
         epochs = self._epochs
         if epoch is epochs[0]:
@@ -111,8 +121,12 @@ class EpochManager:
     def complete_many(self, entries: list[Entry]) -> None:
         epochs, out = self._epochs, self._out
         head = epochs[0]
+        if len(epochs) == 1:
+            head.pending -= len(entries)
+            out.extend(entries)
+            return
         for entry in entries:
-            epoch: _Epoch = entry.epoch
+            epoch = self._epoch_of(entry)
             epoch.pending -= 1
             if epoch is head:
                 out.append(entry)

@@ -68,6 +68,10 @@ class Runtime:
         self.source_done = False
         self.closing = False
         self._ready: deque[Entry] = deque()
+        self._presets = 0  # restored entries whose results are known, not yet handed on
+        # True while every entry that leaves is a finished record with a result list: no
+        # watermark or failed record has come in (the batch consumer's fast path)
+        self.plain_output = True
         self._draining = False
         self._running: dict[asyncio.Future[Any], Entry] = {}
         self._batches: dict[asyncio.Future[Any], _Batch] = {}
@@ -115,6 +119,7 @@ class Runtime:
             if ctl.records_inside >= self.capacity:
                 await self._wait_capacity()
             if type(element) is Watermark:
+                self.plain_output = False
                 ctl.admit_watermark(element)
                 self._notify()
                 continue
@@ -122,6 +127,8 @@ class Runtime:
             key = key_of(element.record) if key_of is not None else element.key
             results = list(element.results) if element.results is not None else None
             entry = ctl.admit_restored(element.record, key, results)
+            if results is not None:
+                self._presets += 1
             self.counters["records_in"] += 1
             if entry is not None:
                 self._dispatch(entry)
@@ -147,6 +154,7 @@ class Runtime:
             admitted = ctl.records_inside - before
             counters["records_in"] += admitted
             if admitted != len(chunk):
+                self.plain_output = False
                 self._notify()  # watermarks may be ready to leave
             if ready:
                 self._dispatch_many(ready)
@@ -199,7 +207,7 @@ class Runtime:
         out = self.ctl.out
         entries = list(out)
         out.clear()
-        self.counters["records_out"] += self.ctl.hand_out_many(entries)
+        self.counters["records_out"] += self.ctl.hand_out_many(entries, records_only=self.plain_output)
         waiter = self._capacity_waiter
         if waiter is not None and self.ctl.records_inside < self.capacity:
             self._capacity_waiter = None
@@ -261,6 +269,7 @@ class Runtime:
                         now = self.loop.time()
                     entry.started = now
                     if entry.preset is not None:
+                        self._presets -= 1
                         self._succeed(entry, entry.preset)
                         continue
                 if self.batching:
@@ -275,15 +284,20 @@ class Runtime:
             self._draining = False
 
     def _drain_into_buffer(self) -> None:
-        ready, now, fresh = self._ready, self.loop.time(), []
-        while ready:
-            entry = ready.popleft()
-            if entry.attempts == 0:
-                entry.started = now
-                if entry.preset is not None:
+        ready = self._ready
+        if self._presets:
+            fresh = []
+            while ready:
+                entry = ready.popleft()
+                if entry.attempts == 0 and entry.preset is not None:
+                    self._presets -= 1
+                    entry.started = self.loop.time()
                     self._succeed(entry, entry.preset)
-                    continue
-            fresh.append(entry)
+                else:
+                    fresh.append(entry)
+        else:
+            fresh = list(ready)
+            ready.clear()
         for batch in self.buffer.extend(fresh):
             self._send_batch(batch)
         if len(self.buffer) and self._flush_handle is None:
@@ -412,14 +426,18 @@ class Runtime:
         counters = self.counters
         counters["batches"] += 1
         counters["attempts"] += len(entries)
-        running = State.RUNNING
+        running, now = State.RUNNING, self.loop.time()
+        records = []
         for entry in entries:
+            if entry.attempts == 0:
+                entry.started = now
             entry.attempts += 1
             entry.state = running
             entry.handle = batch
+            records.append(entry.record)
         try:
             assert self.fn.call_batch is not None
-            awaitable, first = self._prepare(self.fn.call_batch, [e.record for e in entries])
+            awaitable, first = self._prepare(self.fn.call_batch, records)
         except StopIteration as done:
             self._on_batch_value(batch, done.value)
             return
@@ -473,23 +491,24 @@ class Runtime:
                     self._fail(entry, error)
             return
         done: list[Entry] = []
-        fast = not self.result_retry
+        fast, timed, finished = not self.result_retry, self.timeout is not None, State.DONE
         for entry, value in zip(entries, values, strict=True):
             if entry.handle is not batch:
                 continue  # timed out while the batch ran
             entry.handle = None
             if fast and type(value) is list:
-                if entry.timer is not None:
+                if timed and entry.timer is not None:
                     entry.timer.cancel()
                     entry.timer = None
                 entry.results = value
+                entry.state = finished
                 done.append(entry)
             elif isinstance(value, BaseException):
                 self._on_error(entry, value)
             else:
                 self._on_value(entry, value)
         if done:
-            nxt = self.ctl.finish_many(done)
+            nxt = self.ctl.finish_many(done, marked=True)
             if nxt:
                 self._dispatch_many(nxt)
             self._notify()
@@ -561,6 +580,7 @@ class Runtime:
                 entry.timer = None
             self._set_failure(error)
             return
+        self.plain_output = False
         entry.failure = FailedRecord(
             record=entry.record,
             key=entry.key,
