@@ -42,7 +42,12 @@ class KeyAccounting(Generic[T]):
 
     def acquire_many(self, item_keys: list[Hashable], items: list[T]) -> list[T]:
         """:meth:`acquire` for many items in order: the items that may run now."""
-        keys, free = self._keys, []
+        keys = self._keys
+        fresh = dict.fromkeys(item_keys)
+        if len(fresh) == len(item_keys) and keys.keys().isdisjoint(fresh):
+            keys.update(fresh)  # distinct keys, none occupied: all run, decided in C
+            return list(items)
+        free = []
         blocked = 0
         for key, item in zip(item_keys, items, strict=True):
             if key in keys:
@@ -59,7 +64,12 @@ class KeyAccounting(Generic[T]):
 
     def release_many(self, keys_done: list[Hashable]) -> list[T]:
         """:meth:`release` for many keys: the items that run next."""
-        keys, nxt = self._keys, []
+        keys = self._keys
+        nxt: list[T] = []
+        if not self._blocked_items:  # nobody waits anywhere: every key is simply free again
+            for key in keys_done:
+                del keys[key]
+            return nxt
         for key in keys_done:
             waiting = keys[key]
             if waiting:

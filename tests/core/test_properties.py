@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
 
-from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, per_key, run
+from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, next_turn, per_key, run
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -109,3 +109,72 @@ def test_key_ordered_runs_different_keys_concurrently(stream: list[Any], capacit
         first_two_keys = [r["k"] for r in _records(slow)[:capacity]]
         if len(set(first_two_keys)) >= 2:
             assert action.max_total_running >= 2
+
+
+class _BatchTurns:
+    """A batching action: each batch takes some loop turns; records may fail one by one."""
+
+    def __init__(self, fail: set, turns: int) -> None:
+        self.fail = set(fail)
+        self.turns = turns
+        self.attempts: dict[int, int] = {}
+        self.running: set[Any] = set()
+        self.overlap = False
+        self.starts_per_key: dict[Any, list[int]] = {}
+
+    async def invoke(self, record: dict) -> list[dict]:
+        raise AssertionError("called through invoke_batch")
+
+    async def invoke_batch(self, records: list[dict]) -> list[Any]:
+        keys = [r["k"] for r in records]
+        if len(set(keys)) != len(keys) or self.running & set(keys):
+            self.overlap = True
+        self.running |= set(keys)
+        for r in records:
+            self.starts_per_key.setdefault(r["k"], []).append(r["id"])
+        for _ in range(self.turns):
+            await next_turn()
+        self.running -= set(keys)
+        out: list[Any] = []
+        for r in records:
+            n = self.attempts[r["id"]] = self.attempts.get(r["id"], 0) + 1
+            out.append(ValueError("flaky") if (r["id"], n) in self.fail else [{"id": r["id"], "k": r["k"]}])
+        return out
+
+
+@SETTINGS
+@given(
+    stream=streams(),
+    capacity=st.integers(1, 30),
+    batch_size=st.integers(1, 8),
+    turns=st.integers(0, 3),
+    fail=failures,
+    chunked=st.booleans(),
+)
+def test_key_ordered_batches_keep_key_order(
+    stream: list[Any], capacity: int, batch_size: int, turns: int, fail: set, chunked: bool
+) -> None:
+    action = _BatchTurns(fail, turns)
+    op = KeyedAsyncWaitOperator(
+        action,
+        mode="key_ordered",
+        key="k",
+        capacity=capacity,
+        batch_size=batch_size,
+        retry=RetryStrategy.fixed_delay(3, 0),
+    )
+
+    async def go() -> list[Any]:
+        if not chunked:
+            return [x async for x in op.process(stream)]
+        chunks = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+        return [x async for chunk in op.process_batches(chunks) for x in chunk]
+
+    out = run(go())
+    records = _records(stream)
+    assert not action.overlap
+    assert per_key(out) == per_key(records)
+    for key, started in action.starts_per_key.items():
+        deduped = [rid for i, rid in enumerate(started) if i == 0 or started[i - 1] != rid]
+        assert deduped == per_key(records)[key]
+    assert_nothing_crosses_watermarks(stream, out)
