@@ -22,7 +22,20 @@ from .snapshot import OperatorSnapshot, SnapshotRecord
 
 __version__ = "0.1.0"
 
-__all__ = [
+
+def __getattr__(name: str) -> object:
+    # the Spark layer is imported on first use, so the core never needs pyspark
+    if name in ("AsyncDataStream", "AsyncWaitMetrics", "split_errors"):
+        from . import spark
+
+        return getattr(spark, name)
+    raise AttributeError(f"module 'keyed_async_wait' has no attribute {name!r}")
+
+
+__all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
+    "AsyncDataStream",
+    "AsyncWaitMetrics",
+    "split_errors",
     "WHOLE_RECORD",
     "AsyncFunction",
     "ConfigError",

@@ -95,6 +95,8 @@ class KeyedAsyncWaitOperator:
     * ``eager_start``: run each action up to its first suspension before making a task (default:
       the function's ``eager_start`` attribute, else False). Only for actions that suspend before
       anything needing ``asyncio.current_task()``; see :attr:`AsyncFunction.eager_start`.
+    * ``track_latency``: keep each record's latency (first attempt to result) in
+      :attr:`latencies`, for percentiles.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class KeyedAsyncWaitOperator:
         on_close: OnClose = "cancel",
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         eager_start: bool | None = None,
+        track_latency: bool = False,
     ) -> None:
         self.function = adapt_function(function)
         if eager_start is not None:
@@ -137,6 +140,8 @@ class KeyedAsyncWaitOperator:
         self.output: Output = _check_choice("output", output, ("results", "pairs"))
         self.on_close: OnClose = _check_choice("on_close", on_close, ("cancel", "wait"))
         self.max_parallelism = _check_positive_int("max_parallelism", max_parallelism)
+        self.track_latency = bool(track_latency)
+        self.latencies: list[float] = []  # seconds per record, first attempt to result
         self._runtime: Runtime | None = None
         self._replay: list[SnapshotRecord | Watermark] = []
         self._last_stats: OperatorStats | None = None

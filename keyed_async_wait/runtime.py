@@ -64,6 +64,7 @@ class Runtime:
         self.buffer = ActiveBuffer(op.batch_size or 1)
         self.buffer_timeout = op.buffer_timeout
         self.replay = replay
+        self.latencies: list[float] | None = op.latencies if op.track_latency else None
         self.failure: BaseException | None = None
         self.source_done = False
         self.closing = False
@@ -508,6 +509,9 @@ class Runtime:
             else:
                 self._on_value(entry, value)
         if done:
+            if self.latencies is not None:
+                now = self.loop.time()
+                self.latencies.extend(now - entry.started for entry in done)
             nxt = self.ctl.finish_many(done, marked=True)
             if nxt:
                 self._dispatch_many(nxt)
@@ -561,6 +565,8 @@ class Runtime:
             timer.cancel()
             entry.timer = None
         entry.results = results
+        if self.latencies is not None:
+            self.latencies.append(self.loop.time() - entry.started)
         nxt = self.ctl.finish(entry)
         if nxt is not None:
             self._dispatch(nxt)

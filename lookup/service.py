@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -41,6 +42,7 @@ class ServiceState:
 
     users: int = 100_000
     latency: float = 0.0
+    jitter: float = 0.0  # up to this much extra latency, at random
     fail_status: int | None = None
     fail_count: int = 0  # how many calls still get fail_status (-1: every call)
     retry_after: str | None = None
@@ -48,7 +50,8 @@ class ServiceState:
     slow_ids: set[str] = field(default_factory=set)
     slow_seconds: float = 30.0
     record_calls: bool = False
-    calls: list[tuple[str, float, float]] = field(default_factory=list)  # (key, start, end)
+    # (key, start, end, query): what was asked, when, and the request's query parameters
+    calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
 
     def fail(self, status: int, count: int = -1, retry_after: str | None = None) -> None:
@@ -59,7 +62,7 @@ class ServiceState:
 
 
 def _app(state: ServiceState) -> web.Application:
-    async def answer(key: str, payload: Any) -> web.Response:
+    async def answer(key: str, payload: Any, query: dict[str, str] | None = None) -> web.Response:
         state.requests += 1
         start = time.monotonic()
         try:
@@ -69,6 +72,8 @@ def _app(state: ServiceState) -> web.Application:
                 headers = {"Retry-After": state.retry_after} if state.retry_after else None
                 return web.Response(status=state.fail_status, text="injected fault", headers=headers)
             delay = state.slow_seconds if key in state.slow_ids else state.latency
+            if state.jitter:
+                delay += random.random() * state.jitter
             if delay:
                 await asyncio.sleep(delay)
             if payload is None:
@@ -78,12 +83,12 @@ def _app(state: ServiceState) -> web.Application:
             return web.json_response(payload)
         finally:
             if state.record_calls:
-                state.calls.append((key, start, time.monotonic()))
+                state.calls.append((key, start, time.monotonic(), query or {}))
 
     async def user(request: web.Request) -> web.Response:
         key = request.match_info["user_id"]
         known = key.isdigit() and int(key) < state.users
-        return await answer(key, profile_of(int(key)) if known else None)
+        return await answer(key, profile_of(int(key)) if known else None, dict(request.query))
 
     async def batch(request: web.Request) -> web.Response:
         ids = await request.json()

@@ -1,0 +1,245 @@
+"""AsyncDataStream: the operator over Spark DataFrames, batch and Structured Streaming.
+
+    out = AsyncDataStream.key_ordered_wait(orders, users, key="order_id", order_by="offset")
+
+Each call returns a DataFrame with the input columns plus the result columns. The work runs in
+``mapInArrow`` with one event loop and one set of clients per Python worker process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from pyspark import AccumulatorParam, SparkContext
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from .config import AsyncLookupConfig
+from .elements import OutputMode
+from .exceptions import ConfigError
+from .keys import WHOLE_RECORD, field_names
+from .retry import RetryStrategy
+from .spark_worker import LATENCY_BUCKETS, Plan, run_partition
+
+__all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
+
+ERROR_STRUCT = StructType(
+    [
+        StructField("error_type", StringType()),
+        StructField("error_message", StringType()),
+        StructField("attempts", IntegerType()),
+    ]
+)
+
+
+class _ListAdd(AccumulatorParam):
+    def zero(self, value: list[int]) -> list[int]:
+        return [0] * len(value)
+
+    def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
+        return [x + y for x, y in zip(a, b, strict=True)]
+
+
+class AsyncWaitMetrics:
+    """Counters summed over every task, through Spark accumulators (read them on the driver
+    after an action): records, rows out, attempts, retries, timeouts, failures, lookups made,
+    cache hits, and a latency histogram with percentiles."""
+
+    COUNTERS = ("records", "rows_out", "attempts", "retries", "timeouts", "failures", "lookups", "cache_hits")
+
+    def __init__(self, spark: SparkSession | SparkContext) -> None:
+        sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
+        self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
+        self._histogram = sc.accumulator([0] * (len(LATENCY_BUCKETS) + 1), _ListAdd())
+
+    def add_task(self, *, latencies: Sequence[float], **counts: int) -> None:
+        self._counters.add([int(counts.get(name, 0)) for name in self.COUNTERS])
+        histogram = [0] * (len(LATENCY_BUCKETS) + 1)
+        for seconds in latencies:
+            histogram[_bucket(seconds)] += 1
+        self._histogram.add(histogram)
+
+    @property
+    def value(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(zip(self.COUNTERS, self._counters.value, strict=True))
+        histogram = self._histogram.value
+        total = sum(histogram)
+        for p in (50, 95, 99):
+            out[f"latency_p{p}_s"] = _percentile(histogram, total, p)
+        return out
+
+
+def _bucket(seconds: float) -> int:
+    for i, bound in enumerate(LATENCY_BUCKETS):
+        if seconds <= bound:
+            return i
+    return len(LATENCY_BUCKETS)
+
+
+def _percentile(histogram: list[int], total: int, p: int) -> float | None:
+    """The upper bound of the bucket holding the p-th percentile (None without data)."""
+    if not total:
+        return None
+    rank, seen = total * p / 100, 0
+    for i, count in enumerate(histogram):
+        seen += count
+        if seen >= rank:
+            return LATENCY_BUCKETS[i] if i < len(LATENCY_BUCKETS) else float("inf")
+    return float("inf")
+
+
+def _schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
+    if schema is None:
+        derive = getattr(fn, "output_schema", None)
+        schema = derive() if callable(derive) else None
+        if schema is None:
+            raise ConfigError(
+                "output_schema",
+                None,
+                "a DDL string ('name string, score double') or a StructType; lookups with declared "
+                "fields= derive it themselves",
+            )
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        try:
+            parsed = StructType.fromDDL(schema)
+            assert isinstance(parsed, StructType)
+        except Exception as exc:
+            raise ConfigError("output_schema", schema, f"a valid DDL string ({exc})") from exc
+        return parsed
+    raise ConfigError("output_schema", schema, "a DDL string or a StructType")
+
+
+def _arrow_schema(schema: StructType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)
+
+
+class AsyncDataStream:
+    """Flink's ``AsyncDataStream`` for Spark DataFrames (batch and streaming)."""
+
+    @staticmethod
+    def ordered_wait(df: DataFrame, fn: Any, **options: Any) -> DataFrame:
+        """Results in input order within each partition."""
+        return _wait(df, fn, OutputMode.ORDERED, **options)
+
+    @staticmethod
+    def unordered_wait(df: DataFrame, fn: Any, **options: Any) -> DataFrame:
+        """Results as they complete; may reorder rows within a partition."""
+        return _wait(df, fn, OutputMode.UNORDERED, **options)
+
+    @staticmethod
+    def key_ordered_wait(
+        df: DataFrame,
+        fn: Any,
+        key: str | Sequence[str] | Any,
+        *,
+        order_by: str | Sequence[str] | None = None,
+        assume_partitioned: bool = False,
+        num_partitions: int | None = None,
+        **options: Any,
+    ) -> DataFrame:
+        """Rows with the same ``key`` (the upsert key) are processed one at a time in arrival
+        order, different keys concurrently.
+
+        Each key is co-located in one partition (``repartition`` by the key, unless
+        ``assume_partitioned``); within the partition, arrival order is ``order_by`` when given
+        (a Kafka offset, an event time, a sequence number), otherwise the order in which Spark
+        delivers the rows, which after a shuffle is not the source order: give ``order_by`` for
+        update streams.
+        """
+        columns = list(df.columns) if key is WHOLE_RECORD else field_names(key)
+        if columns is None:
+            raise ConfigError("key", key, "a column name, a list of column names, or WHOLE_RECORD")
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise ConfigError(
+                "key", key, f"columns of the DataFrame ({', '.join(df.columns)}); missing: {missing}"
+            )
+        sort_by = None
+        if order_by is not None:
+            sort_by = [order_by] if isinstance(order_by, str) else list(order_by)
+            absent = [c for c in sort_by if c not in df.columns]
+            if absent:
+                raise ConfigError("order_by", order_by, f"columns of the DataFrame; missing: {absent}")
+        if not assume_partitioned:
+            spark = df.sparkSession
+            n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+            df = df.repartition(n, *columns)
+        if sort_by and not df.isStreaming:
+            df = df.sortWithinPartitions(*sort_by)
+            sort_in_task = None
+        else:
+            sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
+        return _wait(
+            df,
+            fn,
+            OutputMode.KEY_ORDERED,
+            key=columns[0] if len(columns) == 1 else columns,
+            _sort_in_task=sort_in_task,
+            **options,
+        )
+
+
+def _wait(
+    df: DataFrame,
+    fn: Any,
+    mode: OutputMode,
+    *,
+    key: Any = None,
+    timeout: float | None = None,
+    capacity: int | None = None,
+    retry: RetryStrategy | None = None,
+    output_schema: Any = None,
+    join: str = "left",
+    error_column: str | None = None,
+    batch_size: int | None = 1000,
+    metrics: AsyncWaitMetrics | None = None,
+    _sort_in_task: list[str] | None = None,
+) -> DataFrame:
+    spark = df.sparkSession
+    conf = AsyncLookupConfig.from_conf(lambda k: spark.conf.get(k, None))
+    if join not in ("left", "inner"):
+        raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
+    results = _schema_of(spark, output_schema, fn)
+    clash = [f.name for f in results.fields if f.name in df.columns]
+    if clash:
+        raise ConfigError(
+            "output_schema", output_schema, f"result columns not already in the input; clashing: {clash}"
+        )
+    fields = list(df.schema.fields) + [StructField(f.name, f.dataType, True) for f in results.fields]
+    if error_column is not None:
+        if error_column in df.columns or error_column in results.fieldNames():
+            raise ConfigError("error_column", error_column, "a column name not already used")
+        fields.append(StructField(error_column, ERROR_STRUCT, True))
+    out = StructType(fields)
+    plan = Plan(
+        token=uuid.uuid4().hex,
+        function=fn,
+        mode=mode,
+        key=key,
+        capacity=capacity if capacity is not None else conf.buffer_capacity,
+        timeout=timeout if timeout is not None else conf.timeout,
+        retry=retry if retry is not None else conf.retry(),
+        join=join,
+        input_columns=list(df.columns),
+        result_columns=results.fieldNames(),
+        out_schema=_arrow_schema(out),
+        error_column=error_column,
+        sort_by=_sort_in_task,
+        batch_size=batch_size,
+        metrics=metrics,
+    )
+    return df.mapInArrow(partial(run_partition, plan), out)
+
+
+def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:
+    """``(rows that succeeded, rows that failed)`` of an output with an error column."""
+    failed = F.col(error_column).isNotNull()
+    return df.where(~failed).drop(error_column), df.where(failed)

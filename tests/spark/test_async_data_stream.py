@@ -1,0 +1,275 @@
+"""AsyncDataStream on a real local[2] Spark session against real services on loopback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, split_errors
+from lookup import Field, HttpLookup, RedisLookup
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "seq long, order_id long, user_id long"
+
+
+def updates(n: int = 1200, orders: int = 30, users: int = 100) -> list[tuple[int, int, int]]:
+    return [(seq, seq % orders, seq % users) for seq in range(n)]
+
+
+def user_lookup(url: str, **kw: Any) -> HttpLookup:
+    # the order id and seq ride along as query parameters so the service can log them per key
+    return HttpLookup(
+        url + "/users/{user_id}",
+        params={"order": "{order_id}", "seq": "{seq}"},
+        fields=[Field("name"), Field("tier")],
+        **kw,
+    )
+
+
+def per_key_calls(calls: list[Any]) -> dict[str, list[tuple[float, float, int]]]:
+    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for _, start, end, query in calls:
+        spans[query["order"]].append((start, end, int(query["seq"])))
+    for key in spans:
+        spans[key].sort()
+    return spans
+
+
+def overlaps_and_disorder(calls: list[Any]) -> tuple[int, int]:
+    overlapping = disordered = 0
+    for spans in per_key_calls(calls).values():
+        for a, b in itertools.pairwise(spans):
+            overlapping += b[0] < a[1]
+            disordered += b[2] < a[2]
+    return overlapping, disordered
+
+
+def test_key_ordered_wait_never_overlaps_a_key_and_keeps_its_order(spark: Any, service: Any) -> None:
+    url, state = service
+    state.latency, state.jitter, state.record_calls = 0.005, 0.01, True
+    df = spark.createDataFrame(updates(), SCHEMA)
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(
+        df, user_lookup(url), key="order_id", order_by="seq", metrics=metrics
+    )
+    rows = out.collect()
+    assert len(rows) == 1200
+    assert all(r.name == f"user-{r.user_id}" for r in rows)
+    assert overlaps_and_disorder(state.calls) == (0, 0)
+    assert len(state.calls) == 1200
+    # concurrency across keys did happen
+    starts = sorted((s, e) for _, s, e, _ in state.calls)
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(starts))
+    m = metrics.value
+    assert m["records"] == 1200 and m["rows_out"] == 1200 and m["lookups"] == 1200
+    assert m["latency_p50_s"] is not None
+
+
+def test_unordered_wait_lets_one_key_overlap(spark: Any, service: Any) -> None:
+    url, state = service
+    state.latency, state.jitter, state.record_calls = 0.01, 0.02, True
+    df = spark.createDataFrame(updates(600, orders=5), SCHEMA)
+    rows = AsyncDataStream.unordered_wait(df, user_lookup(url), capacity=50).collect()
+    assert sorted(r.seq for r in rows) == list(range(600))
+    overlapping, _ = overlaps_and_disorder(state.calls)
+    assert overlapping > 0
+
+
+def test_ordered_wait_keeps_partition_order(spark: Any, service: Any) -> None:
+    from pyspark.sql import functions as F
+
+    url, state = service
+    state.latency, state.jitter = 0.002, 0.02
+    df = spark.createDataFrame(updates(800), SCHEMA).repartition(3).withColumn("pid", F.spark_partition_id())
+    df = df.sortWithinPartitions("seq").cache()
+    expected = defaultdict(list)
+    for r in df.collect():
+        expected[r.pid].append(r.seq)
+    rows = AsyncDataStream.ordered_wait(df, user_lookup(url), capacity=64).collect()
+    got = defaultdict(list)
+    for r in rows:
+        got[r.pid].append(r.seq)
+    assert got == expected
+    df.unpersist()
+
+
+def test_left_join_keeps_misses_inner_join_drops_them(spark: Any, service: Any) -> None:
+    url, _ = service
+    data = [(0, 1, 5), (1, 2, 10**9), (2, 3, 7)]
+    df = spark.createDataFrame(data, SCHEMA)
+    left = AsyncDataStream.unordered_wait(df, user_lookup(url)).orderBy("seq").collect()
+    assert [(r.seq, r.name) for r in left] == [(0, "user-5"), (1, None), (2, "user-7")]
+    inner = AsyncDataStream.unordered_wait(df, user_lookup(url), join="inner").orderBy("seq").collect()
+    assert [r.seq for r in inner] == [0, 2]
+
+
+def test_redis_lookup_in_batches(spark: Any, redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for i in range(100):
+        client.set(f"spark-price:{i}", json.dumps({"price": i * 2.0}))
+    df = spark.createDataFrame(updates(500), SCHEMA)
+    fn = RedisLookup(redis_url, "spark-price:{user_id}", fields=[Field("price", "float")])
+    rows = AsyncDataStream.key_ordered_wait(df, fn, key="order_id", order_by="seq").collect()
+    assert len(rows) == 500 and all(r.price == r.user_id * 2.0 for r in rows)
+
+
+def test_plain_async_def_with_a_ddl_schema_and_several_rows_per_record(spark: Any) -> None:
+    async def split(row: dict) -> list[dict]:
+        return [{"part": p, "value": row["seq"] * 10 + p} for p in range(row["seq"] % 3)]
+
+    df = spark.createDataFrame(updates(30), SCHEMA)
+    out = AsyncDataStream.ordered_wait(df, split, output_schema="part int, value long", join="inner")
+    rows = out.collect()
+    assert len(rows) == sum(seq % 3 for seq in range(30))
+    assert all(r.value == r.seq * 10 + r.part for r in rows)
+
+
+def test_result_not_fitting_the_schema_names_column_and_key(spark: Any) -> None:
+    async def bad(row: dict) -> dict:
+        return {"score": "high"}
+
+    async def extra(row: dict) -> dict:
+        return {"score": 1.0, "surprise": 1}
+
+    df = spark.createDataFrame(updates(5), SCHEMA)
+    with pytest.raises(Exception, match=r"result column 'score' \(double\) cannot hold 'high' .* key \d+"):
+        AsyncDataStream.key_ordered_wait(df, bad, key="order_id", output_schema="score double").collect()
+    with pytest.raises(Exception, match=r"result column 'surprise' is not in the output schema"):
+        AsyncDataStream.unordered_wait(df, extra, output_schema="score double").collect()
+
+
+def test_failures_fail_the_job_or_land_in_an_error_column(spark: Any) -> None:
+    async def flaky(row: dict) -> dict:
+        if row["user_id"] == 3:
+            raise ValueError(f"user {row['user_id']} is broken")
+        return {"ok": True}
+
+    df = spark.createDataFrame(updates(40, users=10), SCHEMA)  # user 3 at seq 3, 13, 23, 33
+    with pytest.raises(Exception, match=r"key \d+ failed after 1 attempt: ValueError: user 3 is broken"):
+        AsyncDataStream.key_ordered_wait(df, flaky, key="order_id", output_schema="ok boolean").collect()
+    out = AsyncDataStream.key_ordered_wait(
+        df, flaky, key="order_id", output_schema="ok boolean", error_column="_error"
+    )
+    good, bad = split_errors(out)
+    assert good.count() == 36
+    failed = bad.collect()
+    assert len(failed) == 4 and all(r.user_id == 3 and r._error.error_type == "ValueError" for r in failed)
+    assert failed[0]._error.attempts == 1 and failed[0].ok is None
+
+
+def test_defaults_come_from_spark_conf_and_bad_values_are_named(spark: Any) -> None:
+    async def f(row: dict) -> dict:
+        return {"ok": True}
+
+    df = spark.createDataFrame(updates(5), SCHEMA)
+    spark.conf.set("spark.sql.exec.async-lookup.buffer-capacity", "0")
+    try:
+        with pytest.raises(ConfigError, match=r"spark\.sql\.exec\.async-lookup\.buffer-capacity='0'.*>= 1"):
+            AsyncDataStream.unordered_wait(df, f, output_schema="ok boolean")
+    finally:
+        spark.conf.unset("spark.sql.exec.async-lookup.buffer-capacity")
+    spark.conf.set("spark.sql.exec.async-lookup.timeout", "soon")
+    try:
+        with pytest.raises(ConfigError, match=r"async-lookup\.timeout='soon'.*180s, 3 min, 500 ms"):
+            AsyncDataStream.unordered_wait(df, f, output_schema="ok boolean")
+    finally:
+        spark.conf.unset("spark.sql.exec.async-lookup.timeout")
+    with pytest.raises(ConfigError, match=r"key='nope'.*missing: \['nope'\]"):
+        AsyncDataStream.key_ordered_wait(df, f, key="nope", output_schema="ok boolean")
+    with pytest.raises(ConfigError, match=r"output_schema=None"):
+        AsyncDataStream.unordered_wait(df, f)
+
+
+def test_small_arrow_batches_keep_everything(spark: Any, service: Any) -> None:
+    url, state = service
+    state.record_calls = True
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        df = spark.createDataFrame(updates(400), SCHEMA)
+        rows = AsyncDataStream.key_ordered_wait(
+            df, user_lookup(url), key="order_id", order_by="seq"
+        ).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert len(rows) == 400
+    assert overlaps_and_disorder(state.calls) == (0, 0)
+
+
+def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    url, state = service
+    state.record_calls = True
+    source, sink, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "checkpoint"
+    source.mkdir()
+
+    def write(name: str, seqs: range) -> None:
+        lines = [json.dumps({"seq": s, "order_id": s % 7, "user_id": s % 50}) for s in seqs]
+        (source / name).write_text("\n".join(lines) + "\n")
+
+    def run_once() -> None:
+        stream = spark.readStream.schema(SCHEMA).json(str(source))
+        out = AsyncDataStream.key_ordered_wait(stream, user_lookup(url), key="order_id", order_by="seq")
+        query = (
+            out.writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+
+    write("a.json", range(0, 150))
+    write("b.json", range(150, 300))
+    run_once()
+    write("c.json", range(300, 420))
+    run_once()
+    got = sorted(r.seq for r in spark.read.parquet(str(sink)).select("seq").collect())
+    assert got == list(range(420))
+    assert overlaps_and_disorder(state.calls) == (0, 0)
+
+
+CLUSTER_JOB = """
+import json, os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+from keyed_async_wait import AsyncDataStream
+from lookup import Field, HttpLookup
+spark = (SparkSession.builder.master("local-cluster[2,1,1024]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.sql.shuffle.partitions", "4").getOrCreate())
+fn = HttpLookup(sys.argv[1] + "/users/{user_id}", fields=[Field("name")])
+df = spark.createDataFrame([(i, i % 9, i % 40) for i in range(300)], "seq long, order_id long, user_id long")
+out = AsyncDataStream.key_ordered_wait(df, fn, key="order_id", order_by="seq")
+rows = out.collect()
+print(json.dumps({"rows": len(rows), "named": sum(r.name == f"user-{r.user_id}" for r in rows)}))
+spark.stop()
+"""
+
+
+@pytest.mark.cluster
+def test_runs_on_a_multi_process_cluster(service: Any, tmp_path: Path) -> None:
+    url, state = service
+    script = tmp_path / "cluster_job.py"
+    script.write_text(CLUSTER_JOB)
+    done = subprocess.run(
+        [sys.executable, str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"rows": 300, "named": 300}
+    assert state.requests == 300  # the lookups reached the service from the executors' workers
