@@ -65,6 +65,9 @@ def _app(state: ServiceState) -> web.Application:
     async def answer(key: str, payload: Any, query: dict[str, str] | None = None) -> web.Response:
         state.requests += 1
         start = time.monotonic()
+        # the log this request started under: one still running when a test resets the state
+        # lands in the old log, not in the next test's
+        calls = state.calls if state.record_calls else None
         try:
             if state.fail_status is not None and state.fail_count != 0:
                 if state.fail_count > 0:
@@ -82,8 +85,8 @@ def _app(state: ServiceState) -> web.Application:
                 return web.Response(text="{not json", content_type="application/json")
             return web.json_response(payload)
         finally:
-            if state.record_calls:
-                state.calls.append((key, start, time.monotonic(), query or {}))
+            if calls is not None:
+                calls.append((key, start, time.monotonic(), query or {}))
 
     async def user(request: web.Request) -> web.Response:
         key = request.match_info["user_id"]
