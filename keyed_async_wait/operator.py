@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -154,7 +154,7 @@ class KeyedAsyncWaitOperator:
 
     # ------------------------------------------------------------------ processing
 
-    async def process(self, source: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+    async def process(self, source: Iterable[Any] | AsyncIterable[Any]) -> AsyncGenerator[Any, None]:
         """Yield results (or ``(record, results)`` pairs) and watermarks for ``source``."""
         runtime = await self._begin()
         intake = runtime.loop.create_task(runtime.intake(source, batches=False))
@@ -201,11 +201,17 @@ class KeyedAsyncWaitOperator:
             await self._end(runtime, intake)
 
     async def process_batches(
-        self, source: Iterable[Iterable[Any]] | AsyncIterable[Iterable[Any]]
-    ) -> AsyncIterator[list[Any]]:
+        self,
+        source: Iterable[Iterable[Any]] | AsyncIterable[Iterable[Any]],
+        *,
+        min_chunk: int = 1,
+        linger: float = 0.0,
+    ) -> AsyncGenerator[list[Any], None]:
         """Like :meth:`process`, over batches: reads iterables of records, yields lists of outputs.
 
-        Cheaper per record; what a caller with columnar batches (Arrow) wants.
+        Cheaper per record; what a caller with columnar batches (Arrow) wants. With ``linger``
+        (seconds), a chunk of fewer than ``min_chunk`` outputs waits up to that long for more
+        before it is yielded (fewer, larger chunks for a consumer with a cost per chunk).
         """
         runtime = await self._begin()
         intake = runtime.loop.create_task(runtime.intake(source, batches=True))
@@ -213,9 +219,23 @@ class KeyedAsyncWaitOperator:
         emit_errors = self.on_error == "emit"
         try:
             out = runtime.ctl.out
+            loop = runtime.loop
             while True:
                 if runtime.failure is not None:
                     raise runtime.failure
+                if out and len(out) < min_chunk and linger > 0 and not runtime.finished:
+                    # finished records count against capacity: linger only while there is room
+                    deadline = loop.time() + linger
+                    while (
+                        len(out) < min_chunk
+                        and runtime.ctl.records_inside < runtime.capacity
+                        and runtime.failure is None
+                        and not runtime.finished
+                    ):
+                        remaining = deadline - loop.time()
+                        if remaining <= 0:
+                            break
+                        await runtime.wait_output(remaining)
                 if out:
                     entries = runtime.hand_out_all()
                     if not pairs and runtime.plain_output:

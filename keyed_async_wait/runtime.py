@@ -216,13 +216,17 @@ class Runtime:
                 waiter.set_result(None)
         return entries
 
-    async def wait_output(self) -> None:
+    async def wait_output(self, bound: float | None = None) -> None:
+        """Until something may leave (or ``bound`` seconds pass)."""
         waiter = self.loop.create_future()
         self._output_waiter = waiter
+        timer = self.loop.call_later(bound, _resolve, waiter) if bound is not None else None
         try:
             await waiter
         finally:
             self._output_waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def _notify(self) -> None:
         waiter = self._output_waiter
@@ -664,6 +668,11 @@ class Runtime:
         self._running.clear()
         self._batches.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _cancelled_by_us(runtime: Runtime, entry: Entry) -> bool:

@@ -47,9 +47,13 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
 
     service = "service"
     batching = False
-    # cache hits finish without suspending, so they cost the operator no task; misses yield
-    # once (below) before any I/O, so the request runs inside the task the operator makes
-    eager_start = True
+
+    @property
+    def eager_start(self) -> bool:  # type: ignore[override]
+        """Eager only with a cache: hits then finish without a task; misses yield once (below)
+        before any I/O, so the request runs inside its task. Without a cache eagerness would
+        only cost that extra loop turn."""
+        return self.cache is not None
 
     def __init__(
         self,
