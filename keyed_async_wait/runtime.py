@@ -1,11 +1,13 @@
 """The asyncio layer of the operator: it awaits, sleeps and cancels; the controller decides.
 
-One :class:`Runtime` exists per ``process()`` call. Actions are started eagerly (see
-:mod:`keyed_async_wait.eager`); only an action that really suspends gets a task. Retries are
-``call_later`` timers, timeouts ``call_at`` timers created only for records that suspend, so a
-record that finishes at once costs neither. Work that becomes possible inside a callback (the
-next record of a key) is queued and run by one loop (:meth:`Runtime._drain`), never by recursion,
-so a long run of synchronously finishing records of one key cannot overflow the stack.
+One :class:`Runtime` exists per ``process()`` call. Each attempt runs in a task of its own and
+settles inside that task's step (:class:`keyed_async_wait.eager.Settling`): no done callback,
+and a record that became ready meanwhile (the next of its key) runs on in the same task. An
+eager function is first run up to its first suspension and gets no task if it finishes there.
+Retries are ``call_later`` timers; timeouts go into a timer wheel
+(:mod:`keyed_async_wait.deadlines`). Work that becomes possible inside a callback is queued and
+run by one loop (:meth:`Runtime._drain`), never by recursion, so a long run of synchronously
+finishing records of one key cannot overflow the stack.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .buffer import ActiveBuffer
 from .controller import Controller
+from .deadlines import Deadlines
 from .eager import _NOT_YET, Resumed, Settling, start
 from .elements import FailedRecord, Watermark
 from .entry import Entry, State
@@ -58,6 +61,11 @@ class Runtime:
         self.capacity = op.capacity
         self.timeout = op.timeout
         self.retry = op.retry
+        self.deadlines = (
+            Deadlines(min(0.05, self.timeout / 100), self.loop.call_at, self._on_timeout)
+            if self.timeout is not None
+            else None
+        )
         self.result_retry = op.retry is not None and op.retry.retry_on_result.__name__ != "_never"
         self.emit_errors = op.on_error == "emit"
         self.batching = op.batch_size is not None and self.fn.call_batch is not None
@@ -503,8 +511,7 @@ class Runtime:
             entry.handle = None
             if fast and type(value) is list:
                 if timed and entry.timer is not None:
-                    entry.timer.cancel()
-                    entry.timer = None
+                    self._disarm(entry)
                 entry.results = value
                 entry.state = finished
                 done.append(entry)
@@ -564,10 +571,8 @@ class Runtime:
         self._dispatch(entry)
 
     def _succeed(self, entry: Entry, results: list[Any]) -> None:
-        timer = entry.timer
-        if timer is not None:
-            timer.cancel()
-            entry.timer = None
+        if entry.timer is not None:
+            self._disarm(entry)
         entry.results = results
         if self.latencies is not None:
             self.latencies.append(self.loop.time() - entry.started)
@@ -584,10 +589,8 @@ class Runtime:
             error = RecordFailedError(entry.key, entry.attempts, entry.record, f"{type(exc).__name__}: {exc}")
             error.__cause__ = exc
         if not self.emit_errors:
-            timer = entry.timer
-            if timer is not None:
-                timer.cancel()
-                entry.timer = None
+            if entry.timer is not None:
+                self._disarm(entry)
             self._set_failure(error)
             return
         self.plain_output = False
@@ -604,8 +607,13 @@ class Runtime:
     # ------------------------------------------------------------------ timeouts
 
     def _arm_timeout(self, entry: Entry) -> None:
-        assert self.timeout is not None
-        entry.timer = self.loop.call_at(entry.started + self.timeout, self._on_timeout, entry)
+        assert self.timeout is not None and self.deadlines is not None
+        entry.timer = self.deadlines.arm(entry, entry.started + self.timeout)
+
+    def _disarm(self, entry: Entry) -> None:
+        assert self.deadlines is not None
+        self.deadlines.disarm(entry, entry.timer)
+        entry.timer = None
 
     def _on_timeout(self, entry: Entry) -> None:
         entry.timer = None
@@ -656,10 +664,10 @@ class Runtime:
         self.closing = True
         if self._flush_handle is not None:
             self._flush_handle.cancel()
+        if self.deadlines is not None:
+            self.deadlines.close()
         for entry in self.ctl.live_entries():
-            if entry.timer is not None:
-                entry.timer.cancel()
-                entry.timer = None
+            entry.timer = None
             if isinstance(entry.handle, asyncio.TimerHandle):
                 entry.handle.cancel()
         for task in running:

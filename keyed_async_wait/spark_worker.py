@@ -251,6 +251,7 @@ def _to_arrow(plan: Plan, chunk: list[Any]) -> Any:
     rows: list[dict[str, Any]] = []
     result_columns, error_column, left = plan.result_columns, plan.error_column, plan.join == "left"
     allowed = set(result_columns)
+    checked: Any = None  # the key set of the last result that passed the check
     for item in chunk:
         if isinstance(item, FailedRecord):
             row = dict(item.record)
@@ -274,12 +275,17 @@ def _to_arrow(plan: Plan, chunk: list[Any]) -> Any:
                     f"{type(result).__name__} {result!r:.100} for the record with key "
                     f"{_key_of(plan, record)!r}"
                 )
-            if not allowed.issuperset(result):
+            keys = result.keys()
+            if keys == checked:
+                rows.append({**record, **result})
+                continue
+            if not allowed.issuperset(keys):
                 extra = sorted(set(result) - allowed)
                 raise ResultSchemaError(
                     f"result column {extra[0]!r} is not in the output schema (result columns: "
                     f"{result_columns}) for the record with key {_key_of(plan, record)!r}"
                 )
+            checked = keys
             rows.append({**record, **result})
     try:
         return pa.RecordBatch.from_pylist(rows, schema=plan.out_schema)

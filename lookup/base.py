@@ -69,7 +69,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         self.stats = LookupStats()
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
-        self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
+        self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
         if self.batching:
             self.invoke_batch = self._invoke_batch
 
@@ -149,40 +149,39 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             if cached is not MISS:
                 self.stats.cache_hits += 1
                 return self._result(cached, key)
-        if self.dedup:
-            shared = self._inflight.get(key)
-            if shared is not None:
-                self.stats.deduplicated += 1
-                return self._result(await asyncio.shield(shared), key)
+        if self.dedup and key in self._inflight:
+            shared = self._inflight[key]
+            if shared is None:
+                shared = self._inflight[key] = asyncio.get_running_loop().create_future()
+            self.stats.deduplicated += 1
+            return self._result(await asyncio.shield(shared), key)
         return self._result(await self._fetch_one(key), key)
 
     async def _fetch_one(self, key: Hashable) -> Any:
-        future: asyncio.Future[Any] | None = None
-        if self.dedup:
-            future = asyncio.get_running_loop().create_future()
-            self._inflight[key] = future
+        # a key in _inflight is being fetched; its future exists only once somebody waits on it
+        inflight = self._inflight if self.dedup else None
+        if inflight is not None:
+            inflight[key] = None
         try:
             self.stats.requests += 1
             self.stats.keys_fetched += 1
             answer = await self._fetch(key)
         except BaseException as exc:
             self.stats.errors += 1
+            future = inflight.pop(key, None) if inflight is not None else None
             if future is not None:
                 if isinstance(exc, asyncio.CancelledError):
                     future.cancel()
                 else:
                     future.set_exception(exc)
-                    future.exception()  # retrieved: nobody may be waiting on it
+                    future.exception()  # retrieved: the waiters may all be gone
             raise
-        else:
-            if self.cache is not None:
-                self.cache.put(key, answer)
-            if future is not None:
-                future.set_result(answer)
-            return answer
-        finally:
-            if future is not None and self._inflight.get(key) is future:
-                del self._inflight[key]
+        if self.cache is not None:
+            self.cache.put(key, answer)
+        future = inflight.pop(key, None) if inflight is not None else None
+        if future is not None:
+            future.set_result(answer)
+        return answer
 
     def request_keys(self, records: list[Any]) -> list[Hashable | LookupServiceError]:
         """:meth:`request_key` for many records; a record without one gets its error."""

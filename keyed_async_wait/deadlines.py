@@ -1,0 +1,72 @@
+"""A timer wheel for per-record timeouts: one event-loop timer per time bucket, not per record.
+
+Arming or disarming a record is a set add or discard; the loop gets one ``call_at`` for each
+bucket that has records in it. A timeout fires at most one ``resolution`` late (the operator
+uses 1% of the timeout, at most 50 ms).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from typing import Any
+
+__all__ = ["Deadlines"]
+
+
+class Deadlines:
+    """Records grouped by the bucket their deadline falls in.
+
+    Invariant: every armed record is in exactly one bucket, the one ``bucket_of(deadline)``
+    names, and every non-empty bucket has a scheduled wake-up at its end.
+    """
+
+    __slots__ = ("_buckets", "_handles", "_on_expired", "_resolution", "_schedule")
+
+    def __init__(
+        self,
+        resolution: float,
+        schedule: Callable[[float, Callable[[int], None], int], Any],
+        on_expired: Callable[[Any], None],
+    ) -> None:
+        self._resolution = resolution
+        self._schedule = schedule  # (when, callback, bucket) -> cancellable handle
+        self._on_expired = on_expired
+        self._buckets: dict[int, set[Hashable]] = {}
+        self._handles: dict[int, Any] = {}
+
+    def bucket_of(self, deadline: float) -> int:
+        return math.ceil(deadline / self._resolution)
+
+    def arm(self, item: Hashable, deadline: float) -> int:
+        """Watch ``item`` until ``deadline``; returns the bucket to pass to :meth:`disarm`."""
+        bucket = self.bucket_of(deadline)
+        members = self._buckets.get(bucket)
+        if members is None:
+            members = self._buckets[bucket] = set()
+            self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
+        members.add(item)
+        return bucket
+
+    def disarm(self, item: Hashable, bucket: int) -> None:
+        members = self._buckets.get(bucket)
+        if members is not None:
+            members.discard(item)
+            if not members:
+                del self._buckets[bucket]
+                self._handles.pop(bucket).cancel()
+
+    def _fire(self, bucket: int) -> None:
+        self._handles.pop(bucket, None)
+        members = self._buckets.pop(bucket, ())
+        for item in members:
+            self._on_expired(item)
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+        self._buckets.clear()
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self._buckets.values())
