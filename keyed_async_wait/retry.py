@@ -72,15 +72,7 @@ class RetryStrategy:
         _check_attempts(max_attempts)
         _check_non_negative("delay", delay)
         _check_non_negative("jitter", jitter)
-        wait: wait_base = tenacity.wait_fixed(delay)
-        if jitter:
-            wait = wait + tenacity.wait_random(0, jitter)
-        return cls(
-            stop=tenacity.stop_after_attempt(max_attempts),
-            wait=wait,
-            retry_on_exception=retry_on_exception or is_retryable,
-            retry_on_result=retry_on_result or _never,
-        )
+        return cls._of(max_attempts, tenacity.wait_fixed(delay), jitter, retry_on_exception, retry_on_result)
 
     @classmethod
     def exponential_backoff(
@@ -102,9 +94,20 @@ class RetryStrategy:
             raise ConfigError("max_delay", max_delay, f"a number >= initial_delay ({initial_delay})")
         if multiplier < 1:
             raise ConfigError("multiplier", multiplier, "a number >= 1")
-        wait: wait_base = tenacity.wait_exponential(
+        wait = tenacity.wait_exponential(
             multiplier=initial_delay, exp_base=multiplier, min=initial_delay, max=max_delay
         )
+        return cls._of(max_attempts, wait, jitter, retry_on_exception, retry_on_result)
+
+    @classmethod
+    def _of(
+        cls,
+        max_attempts: int,
+        wait: wait_base,
+        jitter: float,
+        retry_on_exception: ExceptionPredicate | None,
+        retry_on_result: ResultPredicate | None,
+    ) -> RetryStrategy:
         if jitter:
             wait = wait + tenacity.wait_random(0, jitter)
         return cls(
@@ -114,9 +117,10 @@ class RetryStrategy:
             retry_on_result=retry_on_result or _never,
         )
 
-    @classmethod
-    def no_retry(cls) -> RetryStrategy:
-        return cls(stop=tenacity.stop_after_attempt(1), wait=tenacity.wait_none())
+    @property
+    def checks_results(self) -> bool:
+        """Whether any result may be retried (so results need checking at all)."""
+        return self.retry_on_result is not _never
 
     def wants_result_retry(self, results: Sequence[Any]) -> bool:
         return self.retry_on_result is not _never and self.retry_on_result(results)

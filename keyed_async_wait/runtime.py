@@ -66,7 +66,7 @@ class Runtime:
             if self.timeout is not None
             else None
         )
-        self.result_retry = op.retry is not None and op.retry.retry_on_result.__name__ != "_never"
+        self.result_retry = op.retry is not None and op.retry.checks_results
         self.emit_errors = op.on_error == "emit"
         self.batching = op.batch_size is not None and self.fn.call_batch is not None
         self.buffer = ActiveBuffer(op.batch_size or 1)
@@ -331,26 +331,19 @@ class Runtime:
         if isinstance(awaitable, asyncio.Future):
             task: asyncio.Future[Any] = awaitable
             task.add_done_callback(self._on_future_done)
-        elif self._adopter is not None and not self._adopted:
-            # a task is settling a record right now: it runs this one next, no new task
-            task = self._adopter
-            self._adopted.append(
-                (
-                    awaitable,
-                    first,
-                    partial(self._settle_record, entry),
-                    partial(_cancelled_by_us, self, entry),
-                )
-            )
         else:
-            task = self.loop.create_task(
-                Settling(
-                    awaitable,
-                    first,
-                    partial(self._settle_record, entry),
-                    partial(_cancelled_by_us, self, entry),
-                )
+            step = (
+                awaitable,
+                first,
+                partial(self._settle_record, entry),
+                partial(_cancelled_by_us, self, entry),
             )
+            if self._adopter is not None and not self._adopted:
+                # a task is settling a record right now: it runs this one next, no new task
+                task = self._adopter
+                self._adopted.append(step)
+            else:
+                task = self.loop.create_task(Settling(*step))
         entry.handle = task
         self._running[task] = entry
         if self.timeout is not None and entry.timer is None:

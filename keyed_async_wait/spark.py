@@ -201,6 +201,7 @@ def _wait(
     error_column: str | None = None,
     batch_size: int | None = 1000,
     metrics: AsyncWaitMetrics | None = None,
+    observe: str | None = None,
     _sort_in_task: list[str] | None = None,
 ) -> DataFrame:
     spark = df.sparkSession
@@ -236,7 +237,18 @@ def _wait(
         batch_size=batch_size,
         metrics=metrics,
     )
-    return df.mapInArrow(partial(run_partition, plan), out)
+    enriched = df.mapInArrow(partial(run_partition, plan), out)
+    if observe is None:
+        return enriched
+    # Spark's observed metrics: per batch query, or per micro-batch in the streaming progress
+    first = F.col(results.fieldNames()[0])
+    measures = [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(first.isNull(), 1).otherwise(0)).alias("misses"),
+    ]
+    if error_column is not None:
+        measures.append(F.sum(F.when(F.col(error_column).isNotNull(), 1).otherwise(0)).alias("errors"))
+    return enriched.observe(observe, *measures)
 
 
 def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:

@@ -208,19 +208,25 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         cached = cache.get_many(keys) if cache is not None else None
         wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
         repeated = False
+        plain = self.mapper.fields is None and self.mapper.result_path is None
+        hits = 0
+        value: Any
         for i, key in enumerate(keys):
+            if cached is not None:
+                value = cached[i]
+                if value is not MISS:
+                    hits += 1
+                    out[i] = ([] if value is None else [value]) if plain else self._mapped(value, key)
+                    continue
             if isinstance(key, LookupServiceError):
                 out[i] = key
-                continue
-            if cached is not None and cached[i] is not MISS:
-                stats.cache_hits += 1
-                out[i] = self._mapped(cached[i], key)
                 continue
             slot = wanted.setdefault(key, i)
             if slot != i:
                 repeated = True
                 stats.deduplicated += 1
                 wanted[key] = [*slot, i] if isinstance(slot, list) else [slot, i]
+        stats.cache_hits += hits
         if not wanted:
             return out
         await _suspend()
@@ -235,11 +241,10 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 for i in slot if isinstance(slot, list) else (slot,):
                     out[i] = exc
             return out
-        plain = self.mapper.fields is None and self.mapper.result_path is None
         for key, answer in zip(unique, answers, strict=True):
             if isinstance(answer, BaseException):
                 stats.errors += 1
-                value: Any = answer
+                value = answer
             else:
                 if cache is not None:
                     cache.put(key, answer)

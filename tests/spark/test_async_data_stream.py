@@ -217,9 +217,13 @@ def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
         lines = [json.dumps({"seq": s, "order_id": s % 7, "user_id": s % 50}) for s in seqs]
         (source / name).write_text("\n".join(lines) + "\n")
 
+    progress: list[Any] = []
+
     def run_once() -> None:
         stream = spark.readStream.schema(SCHEMA).json(str(source))
-        out = AsyncDataStream.key_ordered_wait(stream, user_lookup(url), key="order_id", order_by="seq")
+        out = AsyncDataStream.key_ordered_wait(
+            stream, user_lookup(url), key="order_id", order_by="seq", observe="enrichment"
+        )
         query = (
             out.writeStream.format("parquet")
             .option("path", str(sink))
@@ -229,6 +233,7 @@ def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
         )
         assert query.awaitTermination(120)
         assert query.exception() is None
+        progress.extend(query.recentProgress)
 
     write("a.json", range(0, 150))
     write("b.json", range(150, 300))
@@ -238,6 +243,9 @@ def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
     got = sorted(r.seq for r in spark.read.parquet(str(sink)).select("seq").collect())
     assert got == list(range(420))
     assert overlaps_and_disorder(state.calls) == (0, 0)
+    observed = [p.observedMetrics["enrichment"] for p in progress if "enrichment" in p.observedMetrics]
+    assert sum(row["rows"] for row in observed) == 420
+    assert sum(row["misses"] for row in observed) == 0
 
 
 CLUSTER_JOB = """
