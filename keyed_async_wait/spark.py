@@ -44,17 +44,28 @@ class _ListAdd(AccumulatorParam):
         return [x + y for x, y in zip(a, b, strict=True)]
 
 
+class _ListMax(AccumulatorParam):
+    def zero(self, value: list[int]) -> list[int]:
+        return [0] * len(value)
+
+    def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
+        return [max(x, y) for x, y in zip(a, b, strict=True)]
+
+
 class AsyncWaitMetrics:
     """Counters summed over every task, through Spark accumulators (read them on the driver
     after an action): records, rows out, attempts, retries, timeouts, failures, lookups made,
-    cache hits, and a latency histogram with percentiles."""
+    cache hits, the peak records in flight and blocked keys of any task, and a latency
+    histogram with percentiles."""
 
     COUNTERS = ("records", "rows_out", "attempts", "retries", "timeouts", "failures", "lookups", "cache_hits")
+    PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 
     def __init__(self, spark: SparkSession | SparkContext) -> None:
         sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
         self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
         self._histogram = sc.accumulator([0] * (len(LATENCY_BUCKETS) + 1), _ListAdd())
+        self._peaks = sc.accumulator([0] * len(self.PEAKS), _ListMax())
 
     def add_task(self, *, latencies: Sequence[float], **counts: int) -> None:
         self._counters.add([int(counts.get(name, 0)) for name in self.COUNTERS])
@@ -62,10 +73,12 @@ class AsyncWaitMetrics:
         for seconds in latencies:
             histogram[_bucket(seconds)] += 1
         self._histogram.add(histogram)
+        self._peaks.add([int(counts.get(name, 0)) for name in self.PEAKS])
 
     @property
     def value(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(zip(self.COUNTERS, self._counters.value, strict=True))
+        out.update(zip(self.PEAKS, self._peaks.value, strict=True))
         histogram = self._histogram.value
         total = sum(histogram)
         for p in (50, 95, 99):

@@ -169,18 +169,22 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     started = time.monotonic()
     outputs = op.process_batches(_rows(iterator, plan))
     rows_out = 0
+    peaks = {"in_flight": 0, "blocked_keys": 0}
     try:
         while True:
             try:
                 chunk = loop.run_until_complete(outputs.__anext__())
             except StopAsyncIteration:
                 break
+            gauges = op.stats  # sampled once per output chunk
+            peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
+            peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
             batch = _to_arrow(plan, chunk)
             rows_out += batch.num_rows
             yield batch
     finally:
         loop.run_until_complete(outputs.aclose())
-        _report(plan, op, instance, before, rows_out, time.monotonic() - started)
+        _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
 
 
 def _instance_of(adapter: FunctionAdapter) -> Any:
@@ -195,7 +199,13 @@ def _lookup_counts(instance: Any) -> dict[str, int]:
 
 
 def _report(
-    plan: Plan, op: KeyedAsyncWaitOperator, instance: Any, before: dict[str, int], rows_out: int, wall: float
+    plan: Plan,
+    op: KeyedAsyncWaitOperator,
+    instance: Any,
+    before: dict[str, int],
+    rows_out: int,
+    wall: float,
+    peaks: dict[str, int],
 ) -> None:
     stats = op.stats
     after = _lookup_counts(instance)
@@ -208,7 +218,8 @@ def _report(
     )
     log.info(
         "async wait task: mode=%s records=%d rows_out=%d wall=%.2fs attempts=%d retries=%d timeouts=%d "
-        "failures=%d lookups=%s cache_hits=%s latency_p50=%s p95=%s p99=%s",
+        "failures=%d lookups=%s cache_hits=%s peak_in_flight=%d peak_blocked_keys=%d "
+        "latency_p50=%s p95=%s p99=%s",
         plan.mode.name,
         stats.records_in,
         rows_out,
@@ -219,6 +230,8 @@ def _report(
         stats.failures,
         delta.get("lookups", "-"),
         delta.get("cache_hits", "-"),
+        peaks["in_flight"],
+        peaks["blocked_keys"],
         _ms(pct.get(50)),
         _ms(pct.get(95)),
         _ms(pct.get(99)),
@@ -234,6 +247,8 @@ def _report(
             failures=stats.failures,
             lookups=delta.get("lookups", 0),
             cache_hits=delta.get("cache_hits", 0),
+            peak_in_flight=peaks["in_flight"],
+            peak_blocked_keys=peaks["blocked_keys"],
             latencies=latencies,
         )
 

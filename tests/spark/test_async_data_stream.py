@@ -71,6 +71,7 @@ def test_key_ordered_wait_never_overlaps_a_key_and_keeps_its_order(spark: Any, s
     m = metrics.value
     assert m["records"] == 1200 and m["rows_out"] == 1200 and m["lookups"] == 1200
     assert m["latency_p50_s"] is not None
+    assert 1 <= m["peak_in_flight"] <= 100 and m["peak_blocked_keys"] >= 1
 
 
 def test_unordered_wait_lets_one_key_overlap(spark: Any, service: Any) -> None:
