@@ -9,7 +9,9 @@ Our runs have a 10 s timeout and 3 attempts (fixed 100 ms delay) switched on. Ba
 (b) a hand-written mapInArrow with asyncio.gather over aiohttp, 100 concurrent,
 (c) Spark's Arrow UDF concurrency (spark.sql.execution.pythonUDF.arrow.concurrency.level=100).
 Then key_ordered_wait with maxRecordsPerBatch=100, and batched Redis lookups end to end.
-PyFlink (d) needs an environment of its own (it pins pyarrow < 21); see the README.
+(d) PyFlink's AsyncDataStream, with --pyflink: the script makes an environment of its own for
+it (.venv-pyflink: apache-flink pins pyarrow < 21 and pandas < 2.3) and runs
+benchmarks/pyflink_job.py there, with separate Python workers and a file sink.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -77,12 +82,39 @@ def hand_written(url: str, concurrency: int = 100) -> Callable[[Any], Any]:
     return run
 
 
+def pyflink_python(path: Path) -> str:
+    """The Python of a PyFlink environment, made on first use (about a minute, 900 MB)."""
+    python = path / "bin" / "python"
+    if not python.exists():
+        print(f"making {path} for PyFlink (apache-flink, aiohttp) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "apache-flink", "aiohttp"], check=True)
+    return str(python)
+
+
+def pyflink_rate(python: str, url: str, rows: int, mode: str, timeout: float) -> float:
+    job = Path(__file__).with_name("pyflink_job.py")
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(
+            [python, str(job), url, str(rows), mode, str(timeout), out],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"PyFlink job failed:\n{done.stderr[-3000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["rows_per_s"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="20,000 rows")
+    parser.add_argument("--pyflink", action="store_true", help="also run PyFlink's AsyncDataStream (d)")
+    parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
+    parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.rows
     spark = (
@@ -140,6 +172,14 @@ def main() -> None:
         )
         spark.conf.unset("spark.sql.execution.pythonUDF.arrow.concurrency.level")
 
+        pyflink_labels: list[str] = []
+        if args.pyflink:
+            python = pyflink_python(args.pyflink_env)
+            for mode in ("unordered", "ordered"):
+                label = f"(d) PyFlink {mode}_wait, 10 s timeout ({args.pyflink_rows // 1000}k)"
+                report(label, pyflink_rate(python, url, args.pyflink_rows, mode, 10.0))
+                pyflink_labels.append(label)
+
         schema = "seq long, order_id long, user_id long, name string"
         key_ordered = lambda m=n: AsyncDataStream.key_ordered_wait(  # noqa: E731
             source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=2, **options
@@ -167,11 +207,11 @@ def main() -> None:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         print("ratios:")
         for ours in ("unordered_wait", "ordered_wait", "key_ordered_wait"):
-            for base in (
+            bases = [
                 "(a) Python UDF, requests per row (2k slice)",
                 "(c) Arrow UDF, concurrency level 100 (20k)",
-                best,
-            ):
+            ]
+            for base in [*bases, *pyflink_labels, best]:
                 print(f"  {ours:<18} {results[ours] / results[base]:7.2f}x {base}")
         ratio = results["key_ordered_wait"] / results["unordered_wait"]
         print(f"  key_ordered_wait   {ratio:7.2f}x unordered_wait")
