@@ -282,3 +282,24 @@ def test_runs_on_a_multi_process_cluster(service: Any, tmp_path: Path) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"rows": 300, "named": 300}
     assert state.requests == 300  # the lookups reached the service from the executors' workers
+
+
+class _WhereAmI:
+    """Reports the worker process, the function instance and the event loop that served a row."""
+
+    async def invoke(self, row: dict) -> list[dict]:
+        import asyncio
+        import os
+
+        return [{"pid": os.getpid(), "instance": id(self), "loop": id(asyncio.get_running_loop())}]
+
+
+def test_one_loop_and_one_function_instance_per_worker_process(spark: Any) -> None:
+    df = spark.createDataFrame(updates(400), SCHEMA).repartition(8)  # 8 tasks on 2 cores
+    out = AsyncDataStream.unordered_wait(df, _WhereAmI(), output_schema="pid long, instance long, loop long")
+    rows = out.select("pid", "instance", "loop").distinct().collect()
+    per_pid = defaultdict(set)
+    for r in rows:
+        per_pid[r.pid].add((r.instance, r.loop))
+    assert 1 <= len(per_pid) < 8  # fewer workers than tasks: workers were reused
+    assert all(len(served) == 1 for served in per_pid.values())  # reused across that worker's tasks

@@ -1,0 +1,73 @@
+"""The timer wheel behind per-record timeouts (pure, with a fake scheduler)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from keyed_async_wait.deadlines import Deadlines
+
+
+class FakeLoop:
+    def __init__(self) -> None:
+        self.timers: dict[int, tuple[float, Any, int]] = {}
+        self.next_id = 0
+
+    def call_at(self, when: float, callback: Any, bucket: int) -> Any:
+        timer_id = self.next_id
+        self.next_id += 1
+        self.timers[timer_id] = (when, callback, bucket)
+        loop = self
+
+        class Handle:
+            def cancel(self) -> None:
+                loop.timers.pop(timer_id, None)
+
+        return Handle()
+
+    def run_until(self, now: float) -> None:
+        while True:
+            due = [(when, tid) for tid, (when, _, _) in self.timers.items() if when <= now]
+            if not due:
+                return
+            _, tid = min(due)
+            _, callback, bucket = self.timers.pop(tid)
+            callback(bucket)
+
+
+@given(
+    items=st.lists(st.tuples(st.floats(0, 10), st.booleans()), max_size=60),
+    resolution=st.sampled_from([0.01, 0.05, 0.5]),
+    now=st.floats(0, 12),
+)
+def test_expires_exactly_the_armed_items_whose_bucket_has_passed(
+    items: list[tuple[float, bool]], resolution: float, now: float
+) -> None:
+    loop = FakeLoop()
+    expired: list[int] = []
+    wheel = Deadlines(resolution, loop.call_at, expired.append)
+    buckets = {}
+    for i, (deadline, _) in enumerate(items):
+        buckets[i] = wheel.arm(i, deadline)
+    for i, (_, disarm) in enumerate(items):
+        if disarm:
+            wheel.disarm(i, buckets[i])
+    loop.run_until(now)
+    expected = {
+        i
+        for i, (deadline, disarm) in enumerate(items)
+        if not disarm and wheel.bucket_of(deadline) * resolution <= now
+    }
+    assert set(expired) == expected and len(expired) == len(expected)
+    for i in expired:  # never early, at most one resolution late
+        assert (
+            items[i][0] <= now + 1e-9
+            and wheel.bucket_of(items[i][0]) * resolution - items[i][0] <= resolution + 1e-9
+        )
+    assert len(wheel) == sum(1 for i, (_, d) in enumerate(items) if not d) - len(expired)
+    live_timers = len(loop.timers)
+    assert live_timers == len(
+        {wheel.bucket_of(items[i][0]) for i in range(len(items)) if not items[i][1] and i not in expected}
+    )
