@@ -204,6 +204,10 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         stats, cache = self.stats, self.cache
         stats.records += len(records)
         keys = self.request_keys(records)
+        if cache is None and len(dict.fromkeys(keys)) == len(keys):
+            fast = await self._fetch_distinct(keys)
+            if fast is not None:
+                return fast
         out: list[Any] = [None] * len(records)
         cached = cache.get_many(keys) if cache is not None else None
         wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
@@ -261,6 +265,39 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                     out[i] = value
             else:
                 out[slot] = value
+        return out
+
+    async def _fetch_distinct(self, keys: list[Any]) -> list[Any] | None:
+        """Distinct keys, no cache: one request, answers mapped straight onto the records.
+
+        None when a key is an error (the general path then names it per record).
+        """
+        if any(isinstance(key, LookupServiceError) for key in keys):
+            return None
+        await _suspend()
+        stats = self.stats
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            answers = await self._fetch_many(keys)
+        except LookupServiceError as exc:
+            stats.errors += 1
+            return [exc] * len(keys)
+        if self.mapper.fields is None and self.mapper.result_path is None:
+            out = [[a] if a is not None and not isinstance(a, BaseException) else a for a in answers]
+        else:
+            out = [
+                a if a is None or isinstance(a, BaseException) else self._mapped(a, k)
+                for k, a in zip(keys, answers, strict=True)
+            ]
+        misses = 0
+        for i, value in enumerate(out):
+            if value is None:
+                out[i] = []
+                misses += 1
+            elif isinstance(value, BaseException):
+                stats.errors += 1
+        stats.misses += misses
         return out
 
     def _mapped(self, answer: Any, key: Hashable) -> Any:
