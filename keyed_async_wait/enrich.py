@@ -1,0 +1,322 @@
+"""The main job: enrich a stream of order updates, key-ordered by order id, on Spark.
+
+    kaw-enrich                       # embedded defaults: demo input, local HTTP service and Redis
+    kaw-enrich --input in/ --output out/ --http-url http://users --redis-url redis://host:6379/0
+
+Order updates (JSON lines: order_id, seq, version, customer_id, sku, quantity) are read as a
+Structured Streaming source, each is enriched with the customer's profile (HTTP) and the sku's
+price (Redis) through ``key_ordered_wait`` on the order id, and written to parquet with a
+checkpoint. Several updates of one order are looked up one at a time in ``seq`` order; different
+orders concurrently. At the end a summary checks that every row was enriched and that, per
+order, the lookups ran in input order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from .function import AsyncFunction
+from .retry import RetryStrategy
+
+SCHEMA = "order_id long, seq long, version int, customer_id long, sku long, quantity int"
+RESULT_SCHEMA = "customer_name string, tier string, price double, enriched_at double"
+
+
+class OrderEnricher(AsyncFunction[dict, dict]):
+    """Customer profile over HTTP and price from Redis, looked up concurrently per update."""
+
+    def __init__(self, http_url: str, redis_url: str, timeout: float) -> None:
+        from lookup import Field, HttpLookup, PartialCache, RedisLookup
+
+        self.customers = HttpLookup(
+            http_url.rstrip("/") + "/users/{customer_id}",
+            fields=[Field("name"), Field("tier")],
+            request_timeout=timeout,
+        )
+        self.prices = RedisLookup(
+            redis_url,
+            "price:{sku}",
+            fields=[Field("price", "float")],
+            cache=PartialCache(10_000, expire_after_write=60),
+        )
+
+    async def invoke(self, record: dict) -> list[dict]:
+        customer, price = await asyncio.gather(self.customers.invoke(record), self.prices.invoke(record))
+        profile = customer[0] if customer else {"name": None, "tier": None}
+        return [
+            {
+                "customer_name": profile["name"],
+                "tier": profile["tier"],
+                "price": price[0]["price"] if price else None,
+                "enriched_at": time.time(),
+            }
+        ]
+
+    async def close(self) -> None:
+        await self.customers.aclose()
+        await self.prices.aclose()
+
+    @property
+    def stats(self) -> Any:
+        """Lookups made and cache hits of both lookups (read by the Spark layer per task)."""
+        from lookup import LookupStats
+
+        a, b = self.customers.stats, self.prices.stats
+        return LookupStats(
+            requests=a.requests + b.requests,
+            cache_hits=a.cache_hits + b.cache_hits,
+            deduplicated=a.deduplicated + b.deduplicated,
+        )
+
+
+# ---------------------------------------------------------------------- embedded defaults
+
+
+def write_demo_input(folder: Path, rows: int, orders: int, files: int, seed: int = 7) -> None:
+    """Order updates as JSON lines, several updates per order, spread over ``files`` files."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    version: dict[int, int] = {}
+    per_file = max(1, rows // files)
+    for f in range(files):
+        lines = []
+        for seq in range(f * per_file, rows if f == files - 1 else (f + 1) * per_file):
+            order = rng.randrange(orders)
+            version[order] = version.get(order, 0) + 1
+            lines.append(
+                json.dumps(
+                    {
+                        "order_id": order,
+                        "seq": seq,
+                        "version": version[order],
+                        "customer_id": order % 5000,
+                        "sku": rng.randrange(1000),
+                        "quantity": rng.randint(1, 5),
+                    }
+                )
+            )
+        (folder / f"updates-{f:03d}.json").write_text("\n".join(lines) + "\n")
+
+
+@contextmanager
+def embedded_services(args: argparse.Namespace) -> Iterator[tuple[str, str, Any]]:
+    """The HTTP service and Redis the options did not name, started here and stopped after."""
+    with ExitStack() as stack:
+        state = None
+        http_url = args.http_url
+        if http_url is None:
+            from lookup.service import ServiceState, run_service
+
+            http_url, state = stack.enter_context(
+                run_service(ServiceState(latency=args.latency, jitter=args.latency))
+            )
+            state.record_calls = True
+        redis_url = args.redis_url
+        if redis_url is None:
+            import redis
+
+            from lookup.embedded import embedded_redis
+
+            redis_url = stack.enter_context(embedded_redis())
+            client = redis.Redis.from_url(redis_url)
+            pipe = client.pipeline(transaction=False)
+            for sku in range(1000):
+                pipe.set(f"price:{sku}", json.dumps({"price": round(1 + sku * 0.37, 2)}))
+            pipe.execute()
+            client.close()
+        yield http_url, redis_url, state
+
+
+# ---------------------------------------------------------------------- the job
+
+
+class Progress:
+    """One line of progress while the query runs: rows, rows/s, in flight, retries."""
+
+    def __init__(self, query: Any, metrics: Any, total: int | None) -> None:
+        self.query, self.metrics, self.total = query, metrics, total
+        self.start = time.monotonic()
+        self.stop = threading.Event()
+        self.tty = sys.stderr.isatty()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def rows(self) -> int:
+        return sum(p.numInputRows for p in self.query.recentProgress)
+
+    def line(self) -> str:
+        rows, wall = self.rows(), time.monotonic() - self.start
+        m = self.metrics.value
+        of = f"/{self.total:,}" if self.total else ""
+        return (
+            f"rows {rows:,}{of}  {rows / wall if wall else 0:,.0f} rows/s  "
+            f"peak in flight {m['peak_in_flight']}  retries {m['retries']}  lookups {m['lookups']:,}"
+        )
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            print(
+                ("\r" if self.tty else "") + self.line(),
+                end="" if self.tty else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def __enter__(self) -> Progress:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def order_check(rows: list[Any]) -> tuple[int, int]:
+    """Per order, sorted by seq, the lookups must have finished in that order.
+
+    Returns (orders checked, orders out of order)."""
+    by_order: dict[int, list[tuple[int, float]]] = {}
+    for r in rows:
+        by_order.setdefault(r.order_id, []).append((r.seq, r.enriched_at))
+    bad = 0
+    for updates in by_order.values():
+        updates.sort()
+        times = [t for _, t in updates]
+        bad += any(b < a for a, b in itertools.pairwise(times))
+    return len(by_order), bad
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from .spark import AsyncDataStream, AsyncWaitMetrics
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="kaw-enrich-"))
+    source = Path(args.input) if args.input else work / "input"
+    output = Path(args.output) if args.output else work / "output"
+    checkpoint = Path(args.checkpoint) if args.checkpoint else work / "checkpoint"
+    if not args.input:
+        write_demo_input(source, args.rows, args.orders, files=4)
+    started = time.monotonic()
+    with embedded_services(args) as (http_url, redis_url, _state):
+        spark = (
+            SparkSession.builder.master(args.master)
+            .appName("kaw-enrich")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(args.partitions))
+            .config("spark.driver.host", "127.0.0.1")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        metrics = AsyncWaitMetrics(spark)
+        updates = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source))
+        fn = OrderEnricher(http_url, redis_url, args.timeout)
+        options: dict[str, Any] = {
+            "output_schema": RESULT_SCHEMA,
+            "capacity": args.capacity,
+            "timeout": args.timeout,
+            "retry": RetryStrategy.exponential_backoff(3, 0.1, 2.0),
+            "metrics": metrics,
+        }
+        if args.mode == "key_ordered":
+            enriched = AsyncDataStream.key_ordered_wait(
+                updates, fn, key="order_id", order_by="seq", **options
+            )
+        elif args.mode == "ordered":
+            enriched = AsyncDataStream.ordered_wait(updates, fn, **options)
+        else:
+            enriched = AsyncDataStream.unordered_wait(updates, fn, **options)
+        query = (
+            enriched.writeStream.format("parquet")
+            .option("path", str(output))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with Progress(query, metrics, None if args.input else args.rows):
+            query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(f"the query failed: {query.exception()}")
+        wall = time.monotonic() - started
+        rows = spark.read.parquet(str(output)).collect()
+        m = metrics.value
+        orders, out_of_order = order_check(rows)
+        summary = {
+            "rows": len(rows),
+            "enriched": sum(1 for r in rows if r.customer_name is not None and r.price is not None),
+            "wall_s": round(wall, 2),
+            "rows_per_s": round(len(rows) / wall, 1) if wall else None,
+            "lookups": m["lookups"],
+            "cache_hits": m["cache_hits"],
+            "retries": m["retries"],
+            "orders": orders,
+            "orders_out_of_order": out_of_order,
+            "latency_p50_s": m["latency_p50_s"],
+            "latency_p99_s": m["latency_p99_s"],
+            "output": str(output),
+        }
+        spark.stop()
+    return summary
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kaw-enrich",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--input", help="folder of JSON-lines order updates (default: a generated demo input)")
+    p.add_argument("--output", help="parquet output folder (default: under --workdir)")
+    p.add_argument("--checkpoint", help="the query's checkpoint folder (default: under --workdir)")
+    p.add_argument("--workdir", help="where defaults go (default: a new temporary folder)")
+    p.add_argument(
+        "--http-url", help="customer service base URL (GET {url}/users/{customer_id}); default: embedded"
+    )
+    p.add_argument("--redis-url", help="Redis with price:{sku} JSON values; default: embedded redis-server")
+    p.add_argument("--mode", choices=("key_ordered", "ordered", "unordered"), default="key_ordered")
+    p.add_argument("--capacity", type=int, default=100, help="records inside each task at most (default 100)")
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per record, retries included (default 10)"
+    )
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--partitions", type=int, default=4, help="shuffle partitions (default 4)")
+    p.add_argument("--rows", type=int, default=20_000, help="demo input rows (default 20,000)")
+    p.add_argument("--orders", type=int, default=2_000, help="distinct order ids in the demo input")
+    p.add_argument("--latency", type=float, default=0.02, help="embedded service latency, s (default 0.02)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        summary = run(args)
+    except Exception as exc:  # noqa: BLE001 - reported with its cause, and a non-zero exit
+        print(f"kaw-enrich failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    ok = summary["rows"] > 0 and summary["enriched"] == summary["rows"]
+    if args.mode == "key_ordered":
+        ok = ok and summary["orders_out_of_order"] == 0
+    if args.mode == "key_ordered" and summary["orders_out_of_order"]:
+        print(f"per-order order was NOT held for {summary['orders_out_of_order']} orders", file=sys.stderr)
+    return 0 if ok else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
