@@ -94,16 +94,6 @@ class KeyAccounting(Generic[T]):
         del keys[key]
         return None
 
-    def remove_waiting(self, key: Hashable) -> list[T]:
-        """Take every item still waiting behind ``key`` (the running one keeps the key)."""
-        waiting = self._keys.get(key)
-        if not waiting:
-            return []
-        items = list(waiting)
-        self._keys[key] = None
-        self._blocked_items -= len(items)
-        return items
-
     @property
     def occupied_keys(self) -> int:
         return len(self._keys)
@@ -115,6 +105,3 @@ class KeyAccounting(Generic[T]):
     @property
     def blocked_items(self) -> int:
         return self._blocked_items
-
-    def is_occupied(self, key: Hashable) -> bool:
-        return key in self._keys

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .elements import FailedRecord, OutputMode
@@ -53,7 +53,6 @@ class Plan:
     sort_by: list[str] | None = None  # order inside the task (streaming: no sortWithinPartitions)
     batch_size: int | None = 1000
     metrics: Any = None  # AsyncWaitMetrics (accumulators), or None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- per-process state
