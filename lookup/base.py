@@ -235,15 +235,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             return out
         await _suspend()
         unique = list(wanted)
-        stats.requests += 1
-        stats.keys_fetched += len(unique)
-        try:
-            answers = await self._fetch_many(unique)
-        except LookupServiceError as exc:
-            stats.errors += 1
+        answers = await self._fetch_counted(unique)
+        if isinstance(answers, LookupServiceError):
             for slot in wanted.values():
                 for i in slot if isinstance(slot, list) else (slot,):
-                    out[i] = exc
+                    out[i] = answers
             return out
         for key, answer in zip(unique, answers, strict=True):
             if isinstance(answer, BaseException):
@@ -267,6 +263,17 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 out[slot] = value
         return out
 
+    async def _fetch_counted(self, keys: list[Any]) -> list[Any] | LookupServiceError:
+        """One batch call, counted; the error instead of the answers when the call failed."""
+        stats = self.stats
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            return await self._fetch_many(keys)
+        except LookupServiceError as exc:
+            stats.errors += 1
+            return exc
+
     async def _fetch_distinct(self, keys: list[Any]) -> list[Any] | None:
         """Distinct keys, no cache: one request, answers mapped straight onto the records.
 
@@ -276,13 +283,9 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             return None
         await _suspend()
         stats = self.stats
-        stats.requests += 1
-        stats.keys_fetched += len(keys)
-        try:
-            answers = await self._fetch_many(keys)
-        except LookupServiceError as exc:
-            stats.errors += 1
-            return [exc] * len(keys)
+        answers = await self._fetch_counted(keys)
+        if isinstance(answers, LookupServiceError):
+            return [answers] * len(keys)
         if self.mapper.fields is None and self.mapper.result_path is None:
             out = [[a] if a is not None and not isinstance(a, BaseException) else a for a in answers]
         else:
