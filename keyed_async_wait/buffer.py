@@ -11,7 +11,7 @@ class ActiveBuffer:
     """Ready entries waiting to be sent together.
 
     Invariant: holds at most ``size`` entries, and at most one per key (the controller only
-    puts in entries whose key it has admitted). :meth:`add` returns a full batch to send now.
+    puts in entries whose key it has admitted). :meth:`extend` returns the full batches to send now.
     """
 
     __slots__ = ("_entries", "size")
@@ -19,14 +19,6 @@ class ActiveBuffer:
     def __init__(self, size: int) -> None:
         self.size = size
         self._entries: list[Entry] = []
-
-    def add(self, entry: Entry) -> list[Entry] | None:
-        entries = self._entries
-        entries.append(entry)
-        if len(entries) >= self.size:
-            self._entries = []
-            return entries
-        return None
 
     def extend(self, entries: list[Entry]) -> list[list[Entry]]:
         """Add many entries: the full batches to send now (the rest stays)."""

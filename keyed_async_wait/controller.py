@@ -52,11 +52,6 @@ class Controller:
         self._seq = 0
         self.records_inside = 0
 
-    def admit(self, record: Any) -> Entry | None:
-        """Take in a record: its entry if it may start now, None if it waits behind its key."""
-        key_of = self._key_of
-        return self._admit(Entry(self._seq, record, key_of(record) if key_of else None))
-
     def admit_restored(self, record: Any, key: Hashable, results: list[Any] | None) -> Entry | None:
         """Take in a record from a snapshot; with ``results`` it needs no new invocation."""
         entry = Entry(self._seq, record, key)
@@ -77,7 +72,7 @@ class Controller:
     def admit_many(self, elements: list[Any]) -> list[Entry]:
         """Take in records and watermarks in order: the entries that may start now.
 
-        The same decisions as :meth:`admit` and :meth:`admit_watermark` one by one, made per run
+        The same decisions as admitting each record and :meth:`admit_watermark` one by one, made per run
         of records between watermarks.
         """
         ready: list[Entry] = []

@@ -27,7 +27,27 @@ def start(awaitable: Awaitable[Any]) -> tuple[Any, Any]:
     return iterator, iterator.send(None)
 
 
-class Resumed(Coroutine[Any, Any, Any]):
+class _Driven(Coroutine[Any, Any, Any]):
+    """What both drivers share: a coroutine object over an iterator of the action's."""
+
+    __slots__ = ("_iterator",)
+
+    _iterator: Any
+
+    def close(self) -> None:
+        self._iterator.close()
+
+    def __await__(self) -> _Driven:
+        return self
+
+    def __iter__(self) -> _Driven:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+
+class Resumed(_Driven):
     """A coroutine that continues an eagerly started iterator, for a task or an ``await``.
 
     Its first step hands the event loop the future the iterator stopped on; every later step,
@@ -36,7 +56,7 @@ class Resumed(Coroutine[Any, Any, Any]):
     plain task.
     """
 
-    __slots__ = ("_first", "_iterator", "_started")
+    __slots__ = ("_first", "_started")
 
     def __init__(self, iterator: Any, first: Any) -> None:
         self._iterator = iterator
@@ -55,23 +75,11 @@ class Resumed(Coroutine[Any, Any, Any]):
             return self._iterator.throw(typ)
         return self._iterator.throw(typ, val, tb)  # pragma: no cover - legacy signature
 
-    def close(self) -> None:
-        self._iterator.close()
-
-    def __await__(self) -> Resumed:
-        return self
-
-    def __iter__(self) -> Resumed:
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
-
 
 _NOT_YET: Any = object()
 
 
-class Settling(Coroutine[Any, Any, None]):
+class Settling(_Driven):
     """A coroutine for a task that runs actions and reports each outcome in the same step.
 
     ``report(value, failure)`` is called right where an action finishes (no done callback, no
@@ -82,7 +90,7 @@ class Settling(Coroutine[Any, Any, None]):
     cancellation before the first step, so its cleanup runs and it is never "never awaited".
     """
 
-    __slots__ = ("_first", "_is_ours", "_iterator", "_report")
+    __slots__ = ("_first", "_is_ours", "_report")
 
     def __init__(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> None:
         self._iterator = iterator
@@ -122,15 +130,3 @@ class Settling(Coroutine[Any, Any, None]):
             if first is not _NOT_YET:
                 return first  # it was started eagerly and is waiting on this
             value, exc = None, None
-
-    def close(self) -> None:
-        self._iterator.close()
-
-    def __await__(self) -> Settling:
-        return self
-
-    def __iter__(self) -> Settling:
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)

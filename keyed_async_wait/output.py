@@ -11,7 +11,7 @@ from collections import deque
 
 from .entry import Entry, State
 
-__all__ = ["EpochManager", "OrderedQueue", "OutputQueue"]
+__all__ = ["EpochManager", "OrderedQueue"]
 
 
 class OrderedQueue:
@@ -151,6 +151,3 @@ class EpochManager:
     @property
     def pending_watermarks(self) -> int:
         return len(self._epochs) - 1
-
-
-OutputQueue = OrderedQueue | EpochManager

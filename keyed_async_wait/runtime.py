@@ -285,14 +285,7 @@ class Runtime:
                         self._presets -= 1
                         self._succeed(entry, entry.preset)
                         continue
-                if self.batching:
-                    full = self.buffer.add(entry)
-                    if full is not None:
-                        self._send_batch(full)
-                    elif self._flush_handle is None:
-                        self._schedule_flush()
-                else:
-                    self._attempt(entry)
+                self._attempt(entry)
         finally:
             self._draining = False
 
