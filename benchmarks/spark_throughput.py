@@ -33,6 +33,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import sql_ext
 from keyed_async_wait import AsyncDataStream, RetryStrategy
 from lookup import Field, HttpLookup, RedisLookup
 from lookup.embedded import redis_url_or_embedded
@@ -42,6 +43,15 @@ from lookup_throughput import service_process
 
 KEYS = 2_000
 RETRY = RetryStrategy.fixed_delay(3, 0.1)
+SQL_SETTINGS = {  # the same options as the DataFrame jobs, as SQL settings
+    "output-mode": "ALLOW_UNORDERED",
+    "key-ordered-enabled": "true",
+    "buffer-capacity": "200",
+    "timeout": "10 s",
+    "retry-strategy": "fixed_delay",
+    "fixed-delay": "100 ms",
+    "max-attempts": "3",
+}
 
 
 def rows_per_second(build: Callable[[], DataFrame], n: int) -> float:
@@ -184,6 +194,17 @@ def main() -> None:
         key_ordered = lambda m=n: AsyncDataStream.key_ordered_wait(  # noqa: E731
             source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=2, **options
         )
+        sql_ext.install(spark, {"users": lookup})
+        for key, value in SQL_SETTINGS.items():
+            spark.conf.set("spark.sql.exec.async-lookup." + key, value)
+
+        def sql_job(query: str) -> Callable[[int], DataFrame]:
+            def build(m: int) -> DataFrame:
+                source(spark, m).createOrReplaceTempView("orders")
+                return spark.sql(query)
+
+            return build
+
         jobs: dict[str, Callable[[int], DataFrame]] = {
             "(b) hand-written mapInArrow + gather, 100": lambda m: source(spark, m).mapInArrow(
                 hand_written(url, 100), schema
@@ -194,6 +215,13 @@ def main() -> None:
             "unordered_wait": lambda m: AsyncDataStream.unordered_wait(source(spark, m), lookup, **options),
             "ordered_wait": lambda m: AsyncDataStream.ordered_wait(source(spark, m), lookup, **options),
             "key_ordered_wait": key_ordered,
+            "SQL scalar users(user_id)": sql_job(
+                "SELECT seq, order_id, user_id, users(user_id).name AS name FROM orders"
+            ),
+            "SQL async_lookup, key-ordered": sql_job(
+                "SELECT * FROM async_lookup(TABLE(orders), 'users', "
+                "upsert_key => 'order_id', order_by => 'seq')"
+            ),
         }
         for job in jobs.values():  # warm the workers up, for everybody alike
             job(2_000).write.format("noop").mode("overwrite").save()
@@ -206,7 +234,13 @@ def main() -> None:
         )
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
         print("ratios:")
-        for ours in ("unordered_wait", "ordered_wait", "key_ordered_wait"):
+        for ours in (
+            "unordered_wait",
+            "ordered_wait",
+            "key_ordered_wait",
+            "SQL scalar users(user_id)",
+            "SQL async_lookup, key-ordered",
+        ):
             bases = [
                 "(a) Python UDF, requests per row (2k slice)",
                 "(c) Arrow UDF, concurrency level 100 (20k)",

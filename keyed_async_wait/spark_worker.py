@@ -23,7 +23,7 @@ from .function import FunctionAdapter, adapt_function
 from .operator import KeyedAsyncWaitOperator
 from .retry import RetryStrategy
 
-__all__ = ["Plan", "ResultSchemaError", "run_partition", "worker_loop"]
+__all__ = ["Plan", "ResultSchemaError", "instance_of", "lookup_counts", "run_partition", "shared", "worker_loop"]
 
 log = logging.getLogger("keyed_async_wait.spark")
 
@@ -72,14 +72,14 @@ class _WorkerLoop:
         self.functions: dict[str, FunctionAdapter] = {}
         atexit.register(self.shutdown)
 
-    def function(self, plan: Plan) -> FunctionAdapter:
-        """The process's instance of the plan's function, opened once in the loop."""
-        adapter = self.functions.get(plan.token)
+    def function(self, token: str, function: Any) -> FunctionAdapter:
+        """The process's instance of ``function`` (one per ``token``), opened once in the loop."""
+        adapter = self.functions.get(token)
         if adapter is None:
-            adapter = adapt_function(plan.function)
+            adapter = adapt_function(function)
             if adapter.open is not None:
                 self.loop.run_until_complete(_awaited(adapter.open()))
-            self.functions[plan.token] = adapter
+            self.functions[token] = adapter
         return adapter
 
     def shutdown(self) -> None:
@@ -130,8 +130,9 @@ def _rows(iterator: Iterator[Any], plan: Plan) -> Iterator[list[dict[str, Any]]]
         yield batch.to_pylist()
 
 
-def _operator(plan: Plan, adapter: FunctionAdapter) -> KeyedAsyncWaitOperator:
-    shared = FunctionAdapter(  # the process owns open/close, not the task
+def shared(adapter: FunctionAdapter) -> FunctionAdapter:
+    """The adapter without open/close: the process owns those, not the task."""
+    return FunctionAdapter(
         name=adapter.name,
         call=adapter.call,
         to_results=adapter.to_results,
@@ -139,8 +140,11 @@ def _operator(plan: Plan, adapter: FunctionAdapter) -> KeyedAsyncWaitOperator:
         fallback=adapter.fallback,
         eager=adapter.eager,
     )
+
+
+def _operator(plan: Plan, adapter: FunctionAdapter) -> KeyedAsyncWaitOperator:
     return KeyedAsyncWaitOperator(
-        shared,
+        shared(adapter),
         mode=plan.mode,
         key=plan.key,
         capacity=plan.capacity,
@@ -161,10 +165,10 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     """
     worker = worker_loop()
     loop = worker.loop
-    adapter = worker.function(plan)
+    adapter = worker.function(plan.token, plan.function)
     op = _operator(plan, adapter)
-    instance = _instance_of(adapter)
-    before = _lookup_counts(instance)
+    instance = instance_of(adapter)
+    before = lookup_counts(instance)
     started = time.monotonic()
     outputs = op.process_batches(_rows(iterator, plan))
     rows_out = 0
@@ -186,11 +190,11 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
         _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
 
 
-def _instance_of(adapter: FunctionAdapter) -> Any:
+def instance_of(adapter: FunctionAdapter) -> Any:
     return getattr(adapter.call, "__self__", None)
 
 
-def _lookup_counts(instance: Any) -> dict[str, int]:
+def lookup_counts(instance: Any) -> dict[str, int]:
     stats = getattr(instance, "stats", None)
     if stats is None:
         return {}
@@ -207,7 +211,7 @@ def _report(
     peaks: dict[str, int],
 ) -> None:
     stats = op.stats
-    after = _lookup_counts(instance)
+    after = lookup_counts(instance)
     delta = {k: after[k] - before.get(k, 0) for k in after}
     latencies = sorted(op.latencies)
     pct = (

@@ -309,6 +309,10 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         except LookupServiceError as exc:
             return exc
 
+    def input_fields(self) -> tuple[str, ...]:
+        """The record fields the lookup's templates read, in order of first use."""
+        return ()
+
     def output_schema(self) -> str | None:
         """The declared result columns as a Spark DDL string, when fields were declared."""
         return self.mapper.schema_ddl()

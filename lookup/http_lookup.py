@@ -83,6 +83,16 @@ def _render_json(template: Any, record: Any, cache: dict[str, Template]) -> Any:
     return template
 
 
+def _json_fields(template: Any) -> list[str]:
+    if isinstance(template, str):
+        return list(Template(template).fields)
+    if isinstance(template, Mapping):
+        return [f for v in template.values() for f in _json_fields(v)]
+    if isinstance(template, list):
+        return [f for v in template for f in _json_fields(v)]
+    return []
+
+
 class HttpLookup(Lookup):
     """Look records up over HTTP.
 
@@ -168,6 +178,14 @@ class HttpLookup(Lookup):
     def __repr__(self) -> str:
         auth = " auth=***" if self._bearer or self._basic else ""
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
+
+    def input_fields(self) -> tuple[str, ...]:
+        templates = [self.key] if self.batching and self.key is not None else [self.url]
+        templates += [*self.params.values(), *self.headers.values()]
+        names = [f for t in templates if t is not None for f in t.fields]
+        if self.json_body is not None and not self.batching:
+            names += _json_fields(self.json_body)
+        return tuple(dict.fromkeys(names))
 
     # ------------------------------------------------------------------ client
 

@@ -82,6 +82,9 @@ class RedisLookup(Lookup):
     def __repr__(self) -> str:
         return f"RedisLookup({self.command} {self.key.text!r})"
 
+    def input_fields(self) -> tuple[str, ...]:
+        return self.key.fields
+
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> aioredis.Redis:

@@ -1,1 +1,41 @@
-"""Spark SQL extension: async lookup joins configured by spark.sql.exec.async-lookup.*."""
+"""Async lookups from Spark SQL, configured like Flink's ``table.exec.async-lookup.*``.
+
+::
+
+    ext = sql_ext.install(spark, {"users": HttpLookup("http://svc/users/{user_id}", fields=[...])})
+    spark.sql("SET `spark.sql.exec.async-lookup.output-mode`=ALLOW_UNORDERED")  # backquotes: hyphens
+    spark.sql("SELECT o.*, users(o.user_id) AS u FROM orders o")                # scalar, ORDERED
+    spark.sql("SELECT * FROM async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', "
+              "order_by => 'seq')")                                              # FLIP-519's modes
+
+Settings (``spark.conf.set``, the session builder, or SQL ``SET`` with the key in backquotes)
+are read by the tasks through their local properties; see ``keyed_async_wait.config``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exceptions import ConfigError, TableArgumentError, UnknownSourceError
+from .modes import CHANGE_COLUMNS, Decision, InputShape, decide, describe_input
+
+__all__ = [
+    "CHANGE_COLUMNS",
+    "AsyncLookupSQL",
+    "ConfigError",
+    "Decision",
+    "InputShape",
+    "TableArgumentError",
+    "UnknownSourceError",
+    "decide",
+    "describe_input",
+    "install",
+]
+
+
+def __getattr__(name: str) -> Any:  # the Spark parts import pyspark: only when asked for
+    if name in ("install", "AsyncLookupSQL"):
+        from . import session as module
+
+        return getattr(module, name)
+    raise AttributeError(name)

@@ -1,0 +1,78 @@
+"""What runs in the Spark Python workers for the SQL functions: settings from the task,
+the process's instance of a source, and the null-key rule.
+
+Imports no pyspark at module level; ``TaskContext`` is read when a task starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from keyed_async_wait.config import AsyncLookupConfig
+from keyed_async_wait.function import FunctionAdapter
+from keyed_async_wait.spark_worker import shared, worker_loop
+
+from .sources import LookupSource
+
+__all__ = ["log", "source_adapter", "task_conf"]
+
+log = logging.getLogger("sql_ext")
+
+
+def task_conf() -> AsyncLookupConfig:
+    """The ``spark.sql.exec.async-lookup.*`` settings of the session that runs the task, read
+    through the task's local properties (workers have no SparkSession). Raises ConfigError."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return AsyncLookupConfig()
+    return AsyncLookupConfig.from_conf(context.getLocalProperty)
+
+
+def source_adapter(source: LookupSource, conf: AsyncLookupConfig) -> FunctionAdapter:
+    """The process's instance of ``source`` for a task, where a NULL in any input field is a
+    miss without a lookup (SQL's rule for a join key)."""
+    token, function = source.instance_for(conf)
+    adapter = shared(worker_loop().function(token, function))
+    return _null_is_miss(adapter, source.inputs)
+
+
+async def _miss() -> list[Any]:
+    return []
+
+
+def _null_is_miss(adapter: FunctionAdapter, inputs: tuple[str, ...]) -> FunctionAdapter:
+    call, call_batch = adapter.call, adapter.call_batch
+
+    def has_null(record: dict[str, Any]) -> bool:
+        return any(record.get(name) is None for name in inputs)
+
+    def checked_call(record: Any) -> Awaitable[Any]:
+        return _miss() if has_null(record) else call(record)
+
+    checked_batch = None
+    if call_batch is not None:
+        inner_batch = call_batch
+
+        async def checked_batch(records: list[Any]) -> Any:
+            keep = [i for i, r in enumerate(records) if not has_null(r)]
+            if len(keep) == len(records):
+                return await inner_batch(records)
+            values: list[Any] = [[] for _ in records]
+            if keep:
+                answers = await inner_batch([records[i] for i in keep])
+                for i, answer in zip(keep, answers, strict=True):
+                    values[i] = answer
+            return values
+
+    return FunctionAdapter(
+        name=adapter.name,
+        call=checked_call,
+        to_results=adapter.to_results,
+        call_batch=checked_batch,
+        fallback=adapter.fallback,
+        eager=adapter.eager,
+    )

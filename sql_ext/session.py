@@ -1,0 +1,111 @@
+"""``install(spark, sources)``: the SQL functions of the async lookups, in one session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keyed_async_wait.config import AsyncLookupConfig
+
+from .modes import Decision, decide, describe_input
+from .scalar import scalar_function
+from .sources import LookupSource, make_source
+from .table import table_function_class
+
+__all__ = ["AsyncLookupSQL", "install"]
+
+
+def _count_param() -> Any:
+    from pyspark import AccumulatorParam
+
+    class CountByText(AccumulatorParam):
+        def zero(self, value: dict[str, int]) -> dict[str, int]:
+            return {}
+
+        def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+            for text, count in b.items():
+                a[text] = a.get(text, 0) + count
+            return a
+
+    return CountByText()
+
+
+class AsyncLookupSQL:
+    """The installed functions: a scalar function per source, and ``async_lookup`` (the table
+    function) over all of them. Register more sources with :meth:`register`."""
+
+    def __init__(self, spark: Any, table_function: str) -> None:
+        self.spark = spark
+        self.table_function = table_function
+        self._sources: dict[str, LookupSource] = {}
+        self._decisions = spark.sparkContext.accumulator({}, _count_param())
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(sorted(self._sources))
+
+    def register(
+        self,
+        name: str,
+        function: Any,
+        *,
+        inputs: Sequence[str] | None = None,
+        output_schema: str | None = None,
+    ) -> LookupSource:
+        """Register ``function`` (a lookup, an AsyncFunction or an ``async def``) as ``name``:
+        the scalar function ``name(input, ...)`` and the source ``'name'`` of the table function.
+
+        ``inputs``: the record fields it reads, bound in order to the scalar function's arguments
+        (default: the lookup's template fields). ``output_schema``: the result columns as DDL
+        (default: the lookup's declared fields).
+        """
+        source = make_source(name, function, inputs=inputs, output_schema=output_schema)
+        self.spark.udf.register(name, scalar_function(source))
+        self._sources[name] = source
+        self._register_table_function()
+        return source
+
+    def _register_table_function(self) -> None:
+        from pyspark.sql.functions import udtf
+
+        cls = table_function_class(self._sources, self._decisions)
+        self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
+
+    def decisions(self) -> dict[str, int]:
+        """Which mode the table function ran, and why, with the number of instances that ran it
+        (read on the driver after an action; counts accumulate over the session)."""
+        return dict(self._decisions.value)
+
+    def explain(
+        self,
+        table: Any,
+        *,
+        upsert_key: str | Sequence[str] | None = None,
+        change_column: str | None = None,
+    ) -> Decision:
+        """The mode a call over ``table`` (a DataFrame or a table name) would run under the
+        session's current settings."""
+        df = self.spark.table(table) if isinstance(table, str) else table
+        conf = AsyncLookupConfig.from_conf(lambda key: self.spark.conf.get(key, None))
+        return decide(conf, describe_input(df.columns, upsert_key=upsert_key, change_column=change_column))
+
+
+def install(
+    spark: Any,
+    sources: Mapping[str, Any] | None = None,
+    *,
+    table_function: str = "async_lookup",
+) -> AsyncLookupSQL:
+    """Register the SQL functions in ``spark``'s session.
+
+    ``sources`` maps SQL names to lookups (``{"users": HttpLookup(...)}``); each becomes a
+    scalar function of that name and a source of the table function. The session's
+    ``spark.sql.exec.async-lookup.*`` settings are checked now (and again in every task).
+    """
+    AsyncLookupConfig.from_conf(lambda key: spark.conf.get(key, None))
+    installed = AsyncLookupSQL(spark, table_function)
+    for name, function in (sources or {}).items():
+        installed.register(name, function)
+    if not sources:
+        installed._register_table_function()
+    return installed

@@ -1,0 +1,91 @@
+"""Named lookup sources: what a SQL function name stands for.
+
+A source is pickled into the registered functions and lives once per worker process (its
+token names it there), so its clients are made lazily in the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from keyed_async_wait.config import AsyncLookupConfig
+from keyed_async_wait.exceptions import ConfigError
+
+__all__ = ["LookupSource", "make_source"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class LookupSource:
+    """A registered lookup: the function, the record fields it reads, its result columns."""
+
+    name: str
+    function: Any
+    inputs: tuple[str, ...]
+    schema_ddl: str  # the result columns, e.g. "name string, tier string"
+    result_columns: tuple[str, ...]
+    result_schema: Any  # the parsed StructType (parsing DDL needs a SparkContext, workers have none)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def instance_for(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
+        """``(token, function)`` for a task with these settings: a lookup without a cache of its
+        own gets the partial cache the settings describe (one per process and setting)."""
+        if conf.cache != "PARTIAL" or getattr(self.function, "cache", "absent") is not None:
+            return self.token, self.function
+        from lookup.cache import PartialCache
+
+        settings = (
+            conf.cache_max_rows or 10_000,
+            conf.cache_expire_after_write,
+            conf.cache_expire_after_access,
+            conf.cache_missing_key,
+        )
+        function = copy.copy(self.function)
+        function.cache = PartialCache(
+            settings[0],
+            expire_after_write=settings[1],
+            expire_after_access=settings[2],
+            cache_missing_key=settings[3],
+        )
+        return f"{self.token}:{settings}", function
+
+
+def make_source(
+    name: str,
+    function: Any,
+    *,
+    inputs: Sequence[str] | None = None,
+    output_schema: str | None = None,
+) -> LookupSource:
+    """Check a source before anything is registered; errors name the parameter."""
+    from pyspark.sql.types import StructType
+
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError("name", name, "a SQL identifier (letters, digits, _; not starting with a digit)")
+    if inputs is None:
+        derive = getattr(function, "input_fields", None)
+        inputs = tuple(derive()) if callable(derive) else ()
+        if not inputs:
+            raise ConfigError(
+                f"{name}: inputs", None, "the record fields the lookup reads, e.g. inputs=['user_id']"
+            )
+    inputs = tuple(inputs)
+    if output_schema is None:
+        derive = getattr(function, "output_schema", None)
+        output_schema = derive() if callable(derive) else None
+        if output_schema is None:
+            raise ConfigError(
+                f"{name}: output_schema", None, "a DDL string of the result columns, e.g. 'name string'"
+            )
+    try:
+        parsed = StructType.fromDDL(output_schema)
+        assert isinstance(parsed, StructType)
+    except Exception as exc:
+        raise ConfigError(f"{name}: output_schema", output_schema, f"a valid DDL string ({exc})") from exc
+    return LookupSource(name, function, inputs, output_schema, tuple(parsed.fieldNames()), parsed)

@@ -1,0 +1,266 @@
+"""The table-function form: ``SELECT * FROM async_lookup(TABLE(orders), 'users', ...)``.
+
+Arguments (constants, by name after the first two):
+
+- ``source``: the name of a registered lookup source.
+- ``upsert_key => 'order_id'`` (or ``'a, b'``): declares an update stream keyed by these columns.
+- ``change_column => 'op'``: the change-type column of an update stream (``_change_type`` is
+  recognised without it).
+- ``order_by => 'seq'``: the arrival order within a key (an offset, a sequence number).
+- ``buckets => 16``: how many groups of keys an update stream is spread over (below).
+- ``join => 'left'`` (keep rows whose lookup missed, results NULL) or ``'inner'`` (drop them).
+
+The output is the table's columns followed by the source's result columns; a lookup with
+several results gives several rows.
+
+Which mode runs follows FLIP-519's truth table (:mod:`sql_ext.modes`), decided in each task
+from the session settings, logged (logger ``sql_ext``) and counted in
+:meth:`AsyncLookupSQL.decisions`. An update stream is partitioned by a hash of its key into
+``buckets`` groups, ordered by ``order_by`` inside each; Spark makes one instance per group, so
+all keys of a group run concurrently in one operator and one key never spans two groups
+(``PARTITION BY`` the key itself would make one instance per key: no concurrency at all).
+An insert-only input keeps its partitioning: one instance per Spark partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from keyed_async_wait.exceptions import ConfigError
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
+from keyed_async_wait.push import PushDriver
+from keyed_async_wait.spark_worker import ResultSchemaError, worker_loop
+
+from .exceptions import TableArgumentError, UnknownSourceError
+from .modes import InputShape, decide, describe_input
+from .runtime import log, source_adapter, task_conf
+from .sources import LookupSource
+
+__all__ = ["DEFAULT_BUCKETS", "LookupAnalysis", "table_function_class"]
+
+DEFAULT_BUCKETS = 16
+_PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still prompt
+
+
+def _analysis_base() -> type:
+    from pyspark.sql.udtf import AnalyzeResult
+
+    return AnalyzeResult
+
+
+try:  # pyspark is an optional extra; the class exists only with it
+    _AnalyzeResult = _analysis_base()
+except ImportError:  # pragma: no cover
+    _AnalyzeResult = object
+
+
+@dataclass
+class LookupAnalysis(_AnalyzeResult):  # type: ignore[misc,valid-type]
+    """Spark's AnalyzeResult plus what each instance needs (Spark hands it to ``__init__``)."""
+
+    source: str = ""
+    shape: InputShape | None = None
+    columns: tuple[str, ...] = ()
+    join: str = "left"
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _constant(name: str, argument: Any) -> Any:
+    if argument is None:
+        return None
+    if not argument.isConstantExpression:
+        raise ConfigError(name, "(a column or an expression)", "a constant, e.g. 'order_id'")
+    return argument.value
+
+
+def _order_columns(value: Any, columns: tuple[str, ...]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = tuple(c.strip() for c in str(value).split(",") if c.strip())
+    missing = [c for c in names if c not in columns]
+    if not names or missing:
+        raise TableArgumentError("order_by", value, f"columns of the table ({', '.join(columns)})")
+    return names
+
+
+def analyze(
+    sources: Mapping[str, LookupSource],
+    table: Any,
+    source: Any,
+    upsert_key: Any = None,
+    order_by: Any = None,
+    change_column: Any = None,
+    buckets: Any = None,
+    join: Any = None,
+) -> LookupAnalysis:
+    """Check the call and derive the output schema and partitioning (runs at analysis time,
+    so every error here comes before any lookup)."""
+    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.udtf import OrderingColumn, PartitioningColumn
+
+    if table is None or not table.isTable:
+        raise ConfigError("async_lookup first argument", None, "a table: async_lookup(TABLE(t), 'source')")
+    name = _constant("source", source)
+    if name not in sources:
+        raise UnknownSourceError("source", name, ", ".join(sorted(sources)) or "(none registered)")
+    lookup = sources[name]
+    input_schema: StructType = table.dataType
+    columns = tuple(input_schema.fieldNames())
+    shape = describe_input(
+        columns,
+        upsert_key=_constant("upsert_key", upsert_key),
+        change_column=_constant("change_column", change_column),
+    )
+    order = _order_columns(_constant("order_by", order_by), columns)
+    if order and not shape.update_stream:
+        raise TableArgumentError(
+            "order_by", ", ".join(order), "only with an update stream: declare upsert_key => ... too"
+        )
+    count = _constant("buckets", buckets)
+    count = DEFAULT_BUCKETS if count is None else count
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError("buckets", count, "an integer >= 1")
+    mode = _constant("join", join) or "left"
+    if mode not in ("left", "inner"):
+        raise ConfigError("join", mode, "'left', 'inner'")
+    results: StructType = lookup.result_schema
+    clash = [f for f in results.fieldNames() if f in columns]
+    if clash:
+        raise TableArgumentError(
+            "source",
+            name,
+            f"a source whose result columns are not table columns; clashing: {', '.join(clash)}",
+        )
+    metadata = {"async_lookup.source": name, "async_lookup.input": shape.why}
+    fields = list(input_schema.fields) + [
+        StructField(f.name, f.dataType, True, metadata) for f in results.fields
+    ]
+    partition_by, order_columns = [], []
+    if shape.update_stream:
+        hashed = ", ".join(_quoted(c) for c in shape.key)
+        partition_by = [PartitioningColumn(f"pmod(hash({hashed}), {count})")]
+        order_columns = [OrderingColumn(_quoted(c)) for c in order]
+    return LookupAnalysis(
+        schema=StructType(fields),
+        partitionBy=partition_by,
+        orderBy=order_columns,
+        source=name,
+        shape=shape,
+        columns=columns,
+        join=mode,
+    )
+
+
+class TableCall:
+    """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
+
+    def __init__(self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any) -> None:
+        self.source = sources[analysis.source]
+        assert analysis.shape is not None
+        self.shape = analysis.shape
+        self.columns = analysis.columns
+        self.left = analysis.join == "left"
+        self.decisions = decisions
+        self.driver: PushDriver | None = None
+        self.pending: list[dict[str, Any]] = []
+        self.push_size = _PUSH_SIZE
+
+    def _start(self) -> PushDriver:
+        conf = task_conf()  # a bad setting fails here, before any lookup
+        decision = decide(conf, self.shape)
+        log.info("async_lookup(%s): %s", self.source.name, decision.describe())
+        if self.decisions is not None:
+            self.decisions.add({f"{self.source.name}: {decision.describe()}": 1})
+        key: Any = None
+        if decision.key:
+            key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
+        op = KeyedAsyncWaitOperator(
+            source_adapter(self.source, conf),
+            mode=decision.mode,
+            key=key,
+            capacity=conf.buffer_capacity,
+            timeout=conf.timeout,
+            retry=conf.retry(),
+            output="pairs",
+        )
+        self.push_size = max(1, min(_PUSH_SIZE, conf.buffer_capacity))
+        self.driver = PushDriver(op, worker_loop().loop)
+        return self.driver
+
+    def eval(self, row: Any) -> Iterator[tuple[Any, ...]]:
+        driver = self.driver or self._start()
+        self.pending.append(row.asDict())
+        if len(self.pending) >= self.push_size:
+            batch, self.pending = self.pending, []
+            yield from self._rows(self._guarded(driver.push, batch))
+
+    def terminate(self) -> Iterator[tuple[Any, ...]]:
+        driver = self.driver
+        if driver is None:
+            return
+        batch, self.pending = self.pending, []
+        outputs = self._guarded(driver.push, batch) if batch else []
+        outputs += self._guarded(driver.finish)
+        yield from self._rows(outputs)
+
+    def _guarded(self, step: Any, *args: Any) -> list[Any]:
+        assert self.driver is not None
+        try:
+            outputs: list[Any] = step(*args)
+        except BaseException:
+            self.driver.abort()  # no lookups left running in the worker's loop
+            raise
+        return outputs
+
+    def _rows(self, outputs: list[Any]) -> Iterator[tuple[Any, ...]]:
+        columns, names = self.columns, self.source.result_columns
+        allowed = set(names)
+        empty = (None,) * len(names)
+        for record, results in outputs:
+            values = tuple(record[c] for c in columns)
+            if not results:
+                if self.left:
+                    yield values + empty
+                continue
+            for result in results:
+                if not isinstance(result, dict) or not allowed.issuperset(result):
+                    raise ResultSchemaError(
+                        f"async_lookup({self.source.name}): result {result!r:.100} does not fit the result "
+                        f"columns {list(names)} for the record with lookup fields "
+                        f"{ {n: record.get(n) for n in self.source.inputs}!r}"
+                    )
+                yield values + tuple(result.get(n) for n in names)
+
+
+def table_function_class(sources: Mapping[str, LookupSource], decisions: Any) -> type:
+    """A UDTF class bound to ``sources`` (defined here so that it is pickled by value)."""
+    bound = dict(sources)
+
+    class AsyncLookup:
+        @staticmethod
+        def analyze(
+            table: Any,
+            source: Any,
+            upsert_key: Any = None,
+            order_by: Any = None,
+            change_column: Any = None,
+            buckets: Any = None,
+            join: Any = None,
+        ) -> LookupAnalysis:
+            return analyze(bound, table, source, upsert_key, order_by, change_column, buckets, join)
+
+        def __init__(self, analyze_result: LookupAnalysis) -> None:
+            self._call = TableCall(bound, analyze_result, decisions)
+
+        def eval(self, row: Any, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, ...]]:
+            yield from self._call.eval(row)
+
+        def terminate(self) -> Iterator[tuple[Any, ...]]:
+            yield from self._call.terminate()
+
+    return AsyncLookup

@@ -1,0 +1,291 @@
+"""The SQL extension through spark.sql (SET included) against the real HTTP and Redis services."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import sql_ext
+from keyed_async_wait.config import ALL_KEYS
+from lookup import Field, HttpLookup, RedisLookup
+
+pytestmark = pytest.mark.spark
+
+P = "spark.sql.exec.async-lookup."
+
+
+def users(url: str, **kw: Any) -> HttpLookup:
+    return HttpLookup(url + "/users/{user_id}", fields=[Field("name"), Field("tier")], **kw)
+
+
+def logged_users(url: str) -> HttpLookup:
+    # the order id and seq ride along as query parameters so the service logs them per key
+    return HttpLookup(
+        url + "/users/{user_id}",
+        params={"order": "{order_id}", "seq": "{seq}"},
+        fields=[Field("name"), Field("tier")],
+    )
+
+
+@pytest.fixture
+def sql(spark: Any) -> Iterator[Any]:
+    """spark.sql, with every async-lookup setting unset again afterwards."""
+    yield spark.sql
+    for key in ALL_KEYS:
+        spark.conf.unset(key)
+
+
+@pytest.fixture
+def orders(spark: Any) -> Any:
+    rows = [(seq, seq % 5, seq % 40 if seq % 13 else None) for seq in range(300)]
+    df = spark.createDataFrame(rows, "seq long, order_id long, user_id long").repartition(2)
+    df = df.sortWithinPartitions("seq")
+    df.createOrReplaceTempView("orders")
+    return df
+
+
+def test_scalar_form_returns_a_struct_per_row_in_input_order(
+    spark: Any, sql: Any, service: Any, orders: Any
+) -> None:
+    url, state = service
+    state.latency, state.jitter = 0.002, 0.01
+    ext = sql_ext.install(spark, {"users": users(url)})
+    assert ext.sources == ("users",)
+    out = sql("SELECT o.*, users(o.user_id) AS u FROM orders o")
+    assert out.schema["u"].dataType.simpleString() == "struct<name:string,tier:string>"
+    rows = out.collect()
+    assert len(rows) == 300
+    for row in rows:
+        if row.user_id is None:
+            assert row.u is None  # a NULL lookup key is a miss, without a call
+        else:
+            assert (row.u.name, row.u.tier) == (
+                f"user-{row.user_id}",
+                ("bronze", "silver", "gold")[row.user_id % 3],
+            )
+    # results in input order: each partition's seq stays increasing
+    by_partition = sql(
+        "SELECT seq, spark_partition_id() AS p FROM (SELECT o.*, users(o.user_id) AS u FROM orders o)"
+    )
+    seqs: dict[int, list[int]] = defaultdict(list)
+    for r in by_partition.collect():
+        seqs[r.p].append(r.seq)
+    assert all(s == sorted(s) for s in seqs.values())
+    assert state.requests <= 2 * 300 - 2 * sum(1 for r in rows if r.user_id is None)
+
+
+def test_scalar_form_over_redis_and_a_miss(spark: Any, sql: Any, redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.set("sqlprice:1", json.dumps({"price": 9.5, "currency": "EUR"}))
+    client.delete("sqlprice:2")
+    client.close()
+    prices = RedisLookup(redis_url, "sqlprice:{sku}", fields=[Field("price", "float"), Field("currency")])
+    sql_ext.install(spark, {"prices": prices})
+    rows = sql("SELECT sku, prices(sku) AS p FROM VALUES (1), (2) AS t(sku) ORDER BY sku").collect()
+    assert rows[0].p.price == 9.5 and rows[0].p.currency == "EUR"
+    assert rows[1].p is None
+
+
+# ---------------------------------------------------------------------- the truth table
+
+
+def _calls_per_key(calls: list[Any]) -> dict[str, list[tuple[float, float, int]]]:
+    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for _, start, end, query in calls:
+        spans[query["order"]].append((start, end, int(query["seq"])))
+    for key in spans:
+        spans[key].sort()
+    return spans
+
+
+def _overlaps_and_disorder(calls: list[Any]) -> tuple[int, int]:
+    overlapping = disordered = 0
+    for spans in _calls_per_key(calls).values():
+        for a, b in itertools.pairwise(spans):
+            overlapping += b[0] < a[1]
+            disordered += b[2] < a[2]
+    return overlapping, disordered
+
+
+def _output_in_input_order(rows: list[Any], group: str) -> bool:
+    """Whether the output rows of each group (an instance of the function) keep seq order."""
+    seqs: dict[Any, list[int]] = defaultdict(list)
+    for row in rows:
+        seqs[getattr(row, group)].append(row.seq)
+    return all(s == sorted(s) for s in seqs.values())
+
+
+TRUTH_TABLE = [
+    # output-mode, key-ordered-enabled, update stream?, the mode that must run
+    ("ORDERED", "false", False, "ORDERED"),
+    ("ORDERED", "true", False, "ORDERED"),
+    ("ORDERED", "false", True, "ORDERED"),
+    ("ORDERED", "true", True, "ORDERED"),
+    ("ALLOW_UNORDERED", "false", False, "UNORDERED"),
+    ("ALLOW_UNORDERED", "true", False, "UNORDERED"),
+    ("ALLOW_UNORDERED", "false", True, "ORDERED"),
+    ("ALLOW_UNORDERED", "true", True, "KEY_ORDERED"),
+]
+
+
+@pytest.mark.parametrize(("output_mode", "key_ordered", "update", "expected"), TRUTH_TABLE)
+def test_truth_table_row_by_row(
+    spark: Any, sql: Any, service: Any, output_mode: str, key_ordered: str, update: bool, expected: str
+) -> None:
+    url, state = service
+    state.latency, state.jitter, state.record_calls = 0.005, 0.02, True
+    rows = [(seq, seq % 5, seq % 40) for seq in range(300)]
+    df = spark.createDataFrame(rows, "seq long, order_id long, user_id long").repartition(2)
+    df.sortWithinPartitions("seq").createOrReplaceTempView("updates")
+    ext = sql_ext.install(spark, {"users": logged_users(url)})
+    sql(f"SET `{P}output-mode`={output_mode}")
+    sql(f"SET `{P}key-ordered-enabled`={key_ordered}")
+    args = ", upsert_key => 'order_id', order_by => 'seq'" if update else ""
+    group = "pmod(hash(order_id), 16)" if update else "spark_partition_id()"
+    query = f"SELECT *, {group} AS g FROM async_lookup(TABLE(updates), 'users'{args})"
+    out = sql(query).collect()
+
+    assert sorted(r.seq for r in out) == list(range(300))  # nothing lost, nothing repeated
+    assert all(r.name == f"user-{r.user_id}" for r in out)
+    decisions = ext.decisions()
+    assert decisions and all(text.startswith(f"users: {expected}") for text in decisions), decisions
+    explained = ext.explain("updates", upsert_key="order_id" if update else None)
+    assert explained.mode.name == expected
+    overlaps, disorder = _overlaps_and_disorder(state.calls)
+    assert len(state.calls) == 300
+    if expected == "KEY_ORDERED":
+        assert (overlaps, disorder) == (0, 0)  # one at a time per key, in arrival order
+        starts = sorted((s, e) for _, s, e, _ in state.calls)
+        assert any(b[0] < a[1] for a, b in itertools.pairwise(starts))  # keys ran concurrently
+    else:
+        assert overlaps > 0  # records of one key ran at the same time
+    if expected == "KEY_ORDERED":
+        assert _output_in_input_order(out, "order_id")  # per key, in input order
+    else:
+        assert _output_in_input_order(out, "g") == (expected == "ORDERED")
+
+
+def test_a_change_column_makes_an_update_stream_keyed_by_the_whole_row(
+    spark: Any, sql: Any, service: Any
+) -> None:
+    url, _ = service
+    rows = [(seq, seq % 5, seq % 40, "insert" if seq < 50 else "update_postimage") for seq in range(100)]
+    spark.createDataFrame(
+        rows, "seq long, order_id long, user_id long, _change_type string"
+    ).createOrReplaceTempView("changes")
+    ext = sql_ext.install(spark, {"users": logged_users(url)})
+    spark.conf.set(P + "output-mode", "allow_unordered")
+    spark.conf.set(P + "key-ordered-enabled", "true")
+    out = sql("SELECT * FROM async_lookup(TABLE(changes), 'users', order_by => 'seq')")
+    assert out.columns == ["seq", "order_id", "user_id", "_change_type", "name", "tier"]
+    assert out.schema["name"].metadata["async_lookup.input"] == "change column _change_type, no upsert key"
+    assert out.count() == 100
+    (text,) = ext.decisions()
+    assert text.startswith("users: KEY_ORDERED by seq, order_id, user_id:") and "whole row" in text
+
+
+def test_table_function_over_redis_with_an_inner_join(spark: Any, sql: Any, redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for sku in range(0, 20, 2):  # odd skus are misses
+        client.set(f"sqlsku:{sku}", json.dumps({"price": sku * 1.5}))
+    client.close()
+    prices = RedisLookup(redis_url, "sqlsku:{sku}", fields=[Field("price", "float")])
+    sql_ext.install(spark, {"prices": prices})
+    spark.conf.set(P + "output-mode", "ALLOW_UNORDERED")
+    spark.conf.set(P + "key-ordered-enabled", "true")
+    spark.createDataFrame([(i, i % 20) for i in range(200)], "seq long, sku long").createOrReplaceTempView(
+        "lines"
+    )
+    out = sql(
+        "SELECT * FROM async_lookup(TABLE(lines), 'prices', upsert_key => 'sku', order_by => 'seq', join => 'inner')"
+    ).collect()
+    assert len(out) == 100 and all(r.price == r.sku * 1.5 for r in out)
+
+
+def test_settings_from_spark_conf_reach_the_workers(spark: Any, sql: Any, service: Any) -> None:
+    url, state = service
+    state.fail(503, count=4)
+    spark.conf.set(P + "retry-strategy", "fixed_delay")
+    spark.conf.set(P + "fixed-delay", "10 ms")
+    spark.conf.set(P + "max-attempts", "10")
+    spark.conf.set(P + "buffer-capacity", "1")  # one at a time: every call is its own
+    spark.conf.set(P + "cache", "PARTIAL")
+    spark.conf.set(P + "partial-cache.max-rows", "100")
+    sql_ext.install(spark, {"users": users(url)})
+    rows = sql("SELECT id, users(id % 3) AS u FROM range(60)").collect()
+    assert all(r.u.name == f"user-{r.id % 3}" for r in rows)  # the 503s were retried
+    # with the cache, each process asks for each of the 3 users about once (plus the 503s)
+    assert state.requests <= 4 + 3 * 4
+
+
+# ---------------------------------------------------------------------- bad configuration
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("output-mode", "SOMETIMES", "ORDERED, ALLOW_UNORDERED"),
+        ("buffer-capacity", "0", "an integer >= 1"),
+        ("timeout", "soon", "a duration such as 180s"),
+        ("key-ordered-enabled", "maybe", "true, false"),
+    ],
+)
+def test_a_bad_setting_fails_before_any_lookup(
+    spark: Any, sql: Any, service: Any, orders: Any, key: str, value: str, allowed: str
+) -> None:
+    url, state = service
+    sql_ext.install(spark, {"users": users(url)})
+    sql(f"SET `{P}{key}`={value}")
+    for query in (
+        "SELECT users(user_id) AS u FROM orders",
+        "SELECT * FROM async_lookup(TABLE(orders), 'users', upsert_key => 'order_id')",
+    ):
+        with pytest.raises(Exception) as failure:
+            sql(query).collect()
+        assert f"{P}{key}={value!r}" in str(failure.value) and allowed in str(failure.value)
+    assert state.requests == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("async_lookup(TABLE(orders), 'nope')", "source='nope' is not allowed; allowed: users"),
+        ("async_lookup(TABLE(orders), 'users', upsert_key => 'order')", "missing: order"),
+        ("async_lookup(TABLE(orders), 'users', order_by => 'seq')", "only with an update stream"),
+        ("async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', buckets => 0)", "buckets=0"),
+        ("async_lookup(TABLE(orders), 'users', change_column => 'op')", "change_column='op'"),
+    ],
+)
+def test_bad_table_function_calls_fail_at_analysis(
+    spark: Any, sql: Any, service: Any, orders: Any, call: str, message: str
+) -> None:
+    url, state = service
+    sql_ext.install(spark, {"users": users(url)})
+    with pytest.raises(Exception) as failure:
+        sql(f"SELECT * FROM {call}")
+    assert message in str(failure.value)
+    assert state.requests == 0
+
+
+def test_registering_a_source_checks_its_name_inputs_and_schema(spark: Any, service: Any) -> None:
+    url, _ = service
+    ext = sql_ext.install(spark)
+    with pytest.raises(sql_ext.ConfigError, match="SQL identifier"):
+        ext.register("bad-name", users(url))
+    with pytest.raises(ValueError, match="output_schema"):
+        ext.register("raw", HttpLookup(url + "/users/{user_id}"))
+    with pytest.raises(ValueError, match="inputs"):
+
+        async def plain(record: Any) -> Any:
+            return None
+
+        ext.register("plain", plain, output_schema="x string")
