@@ -23,7 +23,15 @@ from .function import FunctionAdapter, adapt_function
 from .operator import KeyedAsyncWaitOperator
 from .retry import RetryStrategy
 
-__all__ = ["Plan", "ResultSchemaError", "instance_of", "lookup_counts", "run_partition", "shared", "worker_loop"]
+__all__ = [
+    "Plan",
+    "ResultSchemaError",
+    "instance_of",
+    "lookup_counts",
+    "run_partition",
+    "shared",
+    "worker_loop",
+]
 
 log = logging.getLogger("keyed_async_wait.spark")
 

@@ -206,7 +206,8 @@ def test_table_function_over_redis_with_an_inner_join(spark: Any, sql: Any, redi
         "lines"
     )
     out = sql(
-        "SELECT * FROM async_lookup(TABLE(lines), 'prices', upsert_key => 'sku', order_by => 'seq', join => 'inner')"
+        "SELECT * FROM async_lookup(TABLE(lines), 'prices', upsert_key => 'sku', order_by => 'seq', "
+        "join => 'inner')"
     ).collect()
     assert len(out) == 100 and all(r.price == r.sku * 1.5 for r in out)
 
