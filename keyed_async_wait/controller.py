@@ -14,6 +14,7 @@ from .entry import Entry, State
 from .key_accounting import KeyAccounting
 from .keys import KeySelector, keys_of_many
 from .output import EpochManager, OrderedQueue
+from .parking import FRESH, PARKED, ParkedItem, ParkedKeys, ParkInfo
 
 __all__ = ["Controller"]
 
@@ -39,6 +40,7 @@ class Controller:
         "_seq",
         "mode",
         "out",
+        "parked",
         "records_inside",
     )
 
@@ -51,9 +53,42 @@ class Controller:
         self._live: dict[int, Entry] = {}
         self._seq = 0
         self.records_inside = 0
+        self.parked = ParkedKeys()
+
+    def admit_parked(self, item: ParkedItem, now: float) -> Entry | None:
+        """Take in a record replayed from parked state: it stays parked while its key is, or
+        while it is not due (``now``: wall-clock seconds); else as :meth:`admit_restored`."""
+        if self.parked.take_if_parked(item.key, item.record, item.info):
+            return None
+        if not item.info.due(now):
+            self.parked.park([item])
+            return None
+        entry = Entry(self._seq, item.record, item.key)
+        entry.meta = item.info
+        return self._admit(entry)
+
+    def park(self, entry: Entry, info: ParkInfo) -> list[Entry]:
+        """KEY_ORDERED: park ``entry`` (it ran, or was deferred) and every record waiting behind
+        its key. They leave through ``out`` marked PARKED (no output; their places are freed
+        when handed out), and later records of the key are parked as they arrive."""
+        assert self._keys is not None, "parking needs KEY_ORDERED"
+        behind = self._keys.take(entry.key)
+        self.parked.park(
+            [ParkedItem(entry.record, entry.key, info)]
+            + [ParkedItem(e.record, e.key, e.meta or FRESH) for e in behind]
+        )
+        entries = [entry, *behind]
+        for e in entries:
+            e.state = State.DONE
+            e.failure = PARKED
+            e.results = []
+        self._output.complete_many(entries)
+        return entries
 
     def admit_restored(self, record: Any, key: Hashable, results: list[Any] | None) -> Entry | None:
         """Take in a record from a snapshot; with ``results`` it needs no new invocation."""
+        if self.parked.take_if_parked(key, record):
+            return None
         entry = Entry(self._seq, record, key)
         entry.preset = results
         return self._admit(entry)
@@ -90,6 +125,12 @@ class Controller:
             return []
         key_of, seq = self._key_of, self._seq
         keys: list[Hashable] = keys_of_many(key_of, records) if key_of else [None] * len(records)
+        if self.parked:  # records of parked keys join their queues instead
+            take = self.parked.take_if_parked
+            kept = [(r, k) for r, k in zip(records, keys, strict=True) if not take(k, r)]
+            records, keys = [r for r, _ in kept], [k for _, k in kept]
+            if not records:
+                return []
         pairs = enumerate(zip(records, keys, strict=True), seq)
         # without key accounting every record may start at once
         state = State.READY if self._keys is None else State.BLOCKED

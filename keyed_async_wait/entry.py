@@ -36,6 +36,7 @@ class Entry:
         "failure",
         "handle",
         "key",
+        "meta",
         "preset",
         "record",
         "results",
@@ -60,6 +61,7 @@ class Entry:
         self.timer: Any = None
         self.preset: list[Any] | None = None
         self.emitted = 0
+        self.meta: Any = None  # a ParkInfo for a record replayed from parked state
 
     @classmethod
     def for_watermark(cls, seq: int, watermark: Any) -> Entry:

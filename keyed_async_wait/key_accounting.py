@@ -94,6 +94,15 @@ class KeyAccounting(Generic[T]):
         del keys[key]
         return None
 
+    def take(self, key: Hashable) -> list[T]:
+        """Free ``key`` at once (its running item is parked): the items that waited behind it,
+        in arrival order, taken out with it."""
+        waiting = self._keys.pop(key)
+        if not waiting:
+            return []
+        self._blocked_items -= len(waiting)
+        return list(waiting)
+
     @property
     def occupied_keys(self) -> int:
         return len(self._keys)

@@ -12,6 +12,7 @@ from .entry import State
 from .exceptions import ConfigError, SnapshotError
 from .function import adapt_function
 from .keys import DEFAULT_MAX_PARALLELISM, key_group_for, make_key_selector
+from .parking import PARKED, DeferPolicy, ParkedItem
 from .retry import RetryStrategy
 from .runtime import Runtime
 from .snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
@@ -21,7 +22,7 @@ __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "
 DEFAULT_CAPACITY = 100  # Flink's AsyncDataStream default
 DEFAULT_BATCH_SIZE = 1000  # FLIP-425's execution.async-state.buffer-size
 
-OnError = Literal["fail", "emit"]
+OnError = Literal["fail", "emit", "defer"]
 OnClose = Literal["cancel", "wait"]
 Output = Literal["results", "pairs"]
 
@@ -46,6 +47,9 @@ class OperatorStats:
     timeouts: int
     failures: int
     batches: int
+    deferred: int = 0  # records parked by the defer policy
+    parked_keys: int = 0  # keys whose records are parked
+    parked_records: int = 0
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -116,6 +120,7 @@ class KeyedAsyncWaitOperator:
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         eager_start: bool | None = None,
         track_latency: bool = False,
+        defer: DeferPolicy | None = None,
     ) -> None:
         self.function = adapt_function(function)
         if eager_start is not None:
@@ -134,7 +139,13 @@ class KeyedAsyncWaitOperator:
         if retry is not None and not isinstance(retry, RetryStrategy):
             raise ConfigError("retry", retry, "a RetryStrategy or None")
         self.retry = retry
-        self.on_error: OnError = _check_choice("on_error", on_error, ("fail", "emit"))
+        self.on_error: OnError = _check_choice("on_error", on_error, ("fail", "emit", "defer"))
+        if self.on_error == "defer" and self.mode is not OutputMode.KEY_ORDERED:
+            allowed = "'fail' or 'emit' ('defer' parks a key: KEY_ORDERED only)"
+            raise ConfigError("on_error", on_error, allowed)
+        if defer is not None and not isinstance(defer, DeferPolicy):
+            raise ConfigError("defer", defer, "a DeferPolicy or None")
+        self.defer_policy = (defer or DeferPolicy()) if self.on_error == "defer" else None
         self.batch_size = None if batch_size is None else _check_positive_int("batch_size", batch_size)
         self.buffer_timeout = _check_seconds("buffer_timeout", buffer_timeout, allow_zero=True)
         self.output: Output = _check_choice("output", output, ("results", "pairs"))
@@ -145,6 +156,8 @@ class KeyedAsyncWaitOperator:
         self._runtime: Runtime | None = None
         self._replay: list[SnapshotRecord | Watermark] = []
         self._last_stats: OperatorStats | None = None
+        self._parked_replay: list[ParkedItem] = []
+        self._leftover: list[ParkedItem] = []
 
     def __repr__(self) -> str:
         return (
@@ -159,7 +172,7 @@ class KeyedAsyncWaitOperator:
         runtime = await self._begin()
         intake = runtime.loop.create_task(runtime.intake(source, batches=False))
         pairs = self.output == "pairs"
-        emit_errors = self.on_error == "emit"
+        emit_errors = self.on_error != "fail"
         try:
             out, handed_out = runtime.ctl.out, runtime.handed_out
             while True:
@@ -173,7 +186,7 @@ class KeyedAsyncWaitOperator:
                         continue
                     if entry.failure is not None:
                         handed_out(entry)
-                        if emit_errors:
+                        if emit_errors and entry.failure is not PARKED:
                             yield entry.failure
                         continue
                     if pairs:
@@ -216,7 +229,7 @@ class KeyedAsyncWaitOperator:
         runtime = await self._begin()
         intake = runtime.loop.create_task(runtime.intake(source, batches=True))
         pairs = self.output == "pairs"
-        emit_errors = self.on_error == "emit"
+        emit_errors = self.on_error != "fail"
         try:
             out = runtime.ctl.out
             loop = runtime.loop
@@ -248,7 +261,7 @@ class KeyedAsyncWaitOperator:
                         if entry.watermark:
                             append(entry.record)
                         elif entry.failure is not None:
-                            if emit_errors:
+                            if emit_errors and entry.failure is not PARKED:
                                 append(entry.failure)
                         elif pairs:
                             append((entry.record, entry.results))
@@ -282,10 +295,36 @@ class KeyedAsyncWaitOperator:
         try:
             await runtime.close(intake, wait_running=self.on_close == "wait")
         finally:
+            self._leftover = runtime.leftover() if runtime.holding or runtime.ctl.parked else []
             self._last_stats = self._stats_of(runtime)
             self._runtime = None
             if self.function.close is not None:
                 await self.function.close()
+
+    # ------------------------------------------------------------------ parking
+
+    def hold(self) -> None:
+        """Stop starting work (a time cap was reached): running attempts finish, the rest of
+        the input is read but not run, and the run ends when nothing runs any more. What did not
+        finish is in :attr:`leftover` afterwards. Call it from the loop's thread (e.g. from
+        ``loop.call_at``); a no-op when nothing runs."""
+        if self._runtime is not None:
+            self._runtime.hold()
+
+    def replay_parked(self, items: list[ParkedItem]) -> None:
+        """Records parked by an earlier run, replayed (in this order) before the next run's new
+        input; records not due yet, and later records of their keys, stay parked."""
+        if self._runtime is not None:
+            raise SnapshotError("replay_parked() before process(), not while it runs")
+        if items and self.mode is not OutputMode.KEY_ORDERED:
+            raise ConfigError("replay_parked", len(items), "parked records only in KEY_ORDERED mode")
+        self._parked_replay = list(items)
+
+    @property
+    def leftover(self) -> list[ParkedItem]:
+        """After a run that was held or parked records: every record that did not finish, with
+        what it carries (attempts, deferral), each key's in arrival order."""
+        return list(self._leftover)
 
     # ------------------------------------------------------------------ state
 
@@ -374,6 +413,9 @@ class KeyedAsyncWaitOperator:
             timeouts=c["timeouts"],
             failures=c["failures"],
             batches=c["batches"],
+            deferred=c["deferred"],
+            parked_keys=ctl.parked.keys,
+            parked_records=len(ctl.parked),
         )
 
 

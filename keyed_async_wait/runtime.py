@@ -13,6 +13,7 @@ finishing records of one key cannot overflow the stack.
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from collections import deque
 from collections.abc import AsyncIterable, Iterable
@@ -28,6 +29,7 @@ from .elements import FailedRecord, Watermark
 from .entry import Entry, State
 from .exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
 from .function import FunctionAdapter
+from .parking import FRESH, ParkedItem, ParkInfo
 from .snapshot import SnapshotRecord
 
 if TYPE_CHECKING:
@@ -67,7 +69,13 @@ class Runtime:
             else None
         )
         self.result_retry = op.retry is not None and op.retry.checks_results
-        self.emit_errors = op.on_error == "emit"
+        self.emit_errors = op.on_error != "fail"
+        self.defer = op.defer_policy
+        # hold(): start nothing new; what arrives from then on is kept for the leftover
+        self.holding = False
+        self.parked_replay: list[ParkedItem] = op._parked_replay
+        self.unreplayed: list[ParkedItem] = []
+        self.unadmitted: list[Any] = []
         self.batching = op.batch_size is not None and self.fn.call_batch is not None
         self.buffer = ActiveBuffer(op.batch_size or 1)
         self.buffer_timeout = op.buffer_timeout
@@ -98,6 +106,7 @@ class Runtime:
             "timeouts": 0,
             "failures": 0,
             "batches": 0,
+            "deferred": 0,
         }
 
     # ------------------------------------------------------------------ intake
@@ -105,6 +114,7 @@ class Runtime:
     async def intake(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
         """Feed the controller from the replay and the source, pausing while it is full."""
         try:
+            await self._intake_parked()
             await self._intake_replay()
             if hasattr(source, "__aiter__"):
                 await self._intake_async(source, batches)  # type: ignore[arg-type]
@@ -121,6 +131,25 @@ class Runtime:
             self._set_failure(exc)
         finally:
             self._notify()
+
+    async def _intake_parked(self) -> None:
+        """Replay parked records first, in their order; those not due (or behind one that is not)
+        stay parked."""
+        ctl, replay = self.ctl, self.parked_replay
+        self.parked_replay = []
+        now = self.defer.clock() if self.defer is not None else time.time()
+        for i, item in enumerate(replay):
+            if ctl.records_inside >= self.capacity:
+                await self._wait_capacity()
+            if self.holding or self.failure is not None:
+                self.unreplayed = replay[i:]
+                return
+            entry = ctl.admit_parked(item, now)
+            if entry is not None:
+                self.counters["records_in"] += 1
+                self._dispatch(entry)
+            else:
+                self.plain_output = False
 
     async def _intake_replay(self) -> None:
         ctl, key_of = self.ctl, self.op.key_selector
@@ -147,6 +176,9 @@ class Runtime:
         ctl, capacity, counters = self.ctl, self.capacity, self.counters
         iterator = iter(source)
         while True:
+            if self.holding:
+                self.unadmitted.extend(iterator)
+                return
             room = capacity - ctl.records_inside
             if room <= 0:
                 await self._wait_capacity()
@@ -193,6 +225,8 @@ class Runtime:
                 await self._intake_sync((element,))
 
     async def _wait_capacity(self) -> None:
+        if self.holding:
+            return
         self._flush_now()
         waiter = self.loop.create_future()
         self._capacity_waiter = waiter
@@ -251,7 +285,65 @@ class Runtime:
 
     @property
     def finished(self) -> bool:
-        return self.source_done and self.ctl.idle
+        if not self.source_done:
+            return False
+        if self.ctl.idle:
+            return True
+        # held: done once nothing runs any more and everything that may leave has left
+        return self.holding and not self._running and not self._batches and not self.ctl.out
+
+    # ------------------------------------------------------------------ holding and parking
+
+    def hold(self) -> None:
+        """Start nothing new from now on: running attempts finish (their timeouts still apply),
+        retries are not scheduled, and every other record, and all further input, is kept for
+        :meth:`leftover`. The run ends when the source has ended and nothing runs."""
+        if self.holding:
+            return
+        self.holding = True
+        for entry in self.ctl.live_entries():
+            if entry.state == State.WAITING_RETRY and isinstance(entry.handle, asyncio.TimerHandle):
+                entry.handle.cancel()
+                entry.handle = None
+                entry.state = State.READY
+            if entry.state != State.RUNNING and entry.timer is not None:
+                self._disarm(entry)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        waiter = self._capacity_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._notify()
+
+    def _park(self, entry: Entry, info: ParkInfo) -> None:
+        if entry.timer is not None:
+            self._disarm(entry)
+        self.counters["deferred"] += 1
+        self.plain_output = False
+        self.ctl.park(entry, info)
+        self._notify()
+
+    def leftover(self) -> list[ParkedItem]:
+        """Every record that did not finish, in an order that keeps each key's arrival order:
+        records still inside (held), parked keys' queues, replay not reached, input not admitted."""
+        items: list[ParkedItem] = []
+        for entry in self.ctl.live_entries():
+            if entry.watermark or entry.state == State.DONE:
+                continue
+            info = entry.meta or FRESH
+            if entry.attempts:
+                info = ParkInfo(
+                    info.attempts + entry.attempts, info.deferrals, None, info.deferred_since, info.error
+                )
+            items.append(ParkedItem(entry.record, entry.key, info))
+        items.extend(self.ctl.parked.items())
+        items.extend(self.unreplayed)
+        key_of = self.op.key_selector
+        if self.unadmitted:
+            assert key_of is not None
+            items.extend(ParkedItem(r, key_of(r)) for r in self.unadmitted if type(r) is not Watermark)
+        return items
 
     # ------------------------------------------------------------------ dispatch
 
@@ -267,6 +359,8 @@ class Runtime:
             self._drain()
 
     def _drain(self) -> None:
+        if self.holding:
+            return  # held entries stay in the ready queue for the leftover
         self._draining = True
         try:
             ready, now = self._ready, -1.0
@@ -411,7 +505,7 @@ class Runtime:
         self._flush_now()
 
     def _flush_now(self) -> None:
-        if not self.batching or not len(self.buffer) or self.closing:
+        if not self.batching or not len(self.buffer) or self.closing or self.holding:
             return
         self._draining = True
         try:
@@ -546,6 +640,11 @@ class Runtime:
         self._fail(entry, exc)
 
     def _schedule_retry(self, entry: Entry, delay: float) -> None:
+        if self.holding:  # no new attempt: the record is kept, with its attempts, for the leftover
+            entry.state = State.READY
+            if entry.timer is not None:
+                self._disarm(entry)
+            return
         self.counters["retries"] += 1
         entry.state = State.WAITING_RETRY
         entry.handle = self.loop.call_later(delay, self._retry_now, entry)
@@ -568,6 +667,21 @@ class Runtime:
         self._notify()
 
     def _fail(self, entry: Entry, exc: BaseException) -> None:
+        if self.defer is not None:
+            now = self.defer.clock()
+            info = self.defer.defer(entry.meta or FRESH, now, entry.attempts, f"{type(exc).__name__}: {exc}")
+            if not self.defer.expired(info, now):
+                self._park(entry, info)
+                return
+            assert info.deferred_since is not None
+            exc = RecordFailedError(
+                entry.key,
+                info.attempts,
+                entry.record,
+                f"deferred {info.deferrals - 1} times over {now - info.deferred_since:.0f} s, the maximum "
+                f"deferral age; last error {info.error}",
+            )
+            entry.attempts = info.attempts
         self.counters["failures"] += 1
         if isinstance(exc, RecordFailedError):
             error: RecordFailedError = exc
