@@ -9,7 +9,7 @@ Each call returns a DataFrame with the input columns plus the result columns. Th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -22,7 +22,10 @@ from .config import AsyncLookupConfig
 from .elements import OutputMode
 from .exceptions import ConfigError
 from .keys import WHOLE_RECORD, field_names
+from .parking import DeferPolicy
 from .retry import RetryStrategy
+from .spark_parking import STATE_COLUMN, ParkingPlan
+from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, new_token, parking_stage
 from .spark_worker import LATENCY_BUCKETS, Plan, run_partition
 
 __all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
@@ -167,20 +170,8 @@ class AsyncDataStream:
         delivers the rows, which after a shuffle is not the source order: give ``order_by`` for
         update streams.
         """
-        columns = list(df.columns) if key is WHOLE_RECORD else field_names(key)
-        if columns is None:
-            raise ConfigError("key", key, "a column name, a list of column names, or WHOLE_RECORD")
-        missing = [c for c in columns if c not in df.columns]
-        if missing:
-            raise ConfigError(
-                "key", key, f"columns of the DataFrame ({', '.join(df.columns)}); missing: {missing}"
-            )
-        sort_by = None
-        if order_by is not None:
-            sort_by = [order_by] if isinstance(order_by, str) else list(order_by)
-            absent = [c for c in sort_by if c not in df.columns]
-            if absent:
-                raise ConfigError("order_by", order_by, f"columns of the DataFrame; missing: {absent}")
+        columns = _key_columns(df, key)
+        sort_by = _order_columns(df, order_by) or None
         if not assume_partitioned:
             spark = df.sparkSession
             n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
@@ -199,8 +190,135 @@ class AsyncDataStream:
             **options,
         )
 
+    @staticmethod
+    def key_ordered_stream(
+        df: DataFrame, fn: Any, key: str | Sequence[str] | Any, **options: Any
+    ) -> KeyedStream:
+        """``key_ordered_wait`` for Structured Streaming with unfinished rows kept as keyed state
+        across micro-batches (FLIP-455/519); see :mod:`keyed_async_wait.spark_state`.
+
+        Required: ``sink(df, batch_id)`` (make it idempotent per batch id: overwrite the
+        batch's output) and ``checkpoint_location``. Options: ``order_by``; ``time_cap``
+        (seconds a task may start work in one micro-batch; what has not finished then is
+        parked, with every later row of its key); ``on_error="defer"`` (a row whose retries
+        are exhausted is parked and retried in a later micro-batch, per ``defer``, a
+        DeferPolicy; after ``max_defer_age`` seconds it becomes an error row); ``heartbeat``
+        (seconds: keep micro-batches, and so retries of parked rows, going without new input);
+        ``num_partitions``; ``keep_versions``; and the options of ``key_ordered_wait``.
+        """
+        return _key_ordered_stream(df, fn, key, **options)
+
+
+def _key_ordered_stream(
+    df: DataFrame,
+    fn: Any,
+    key: str | Sequence[str] | Any,
+    *,
+    sink: Callable[[DataFrame, int], None],
+    checkpoint_location: str,
+    order_by: str | Sequence[str] | None = None,
+    time_cap: float | None = None,
+    on_error: str = "fail",
+    defer: DeferPolicy | None = None,
+    max_defer_age: float | None = None,
+    error_column: str | None = None,
+    heartbeat: float | None = None,
+    num_partitions: int | None = None,
+    keep_versions: int = 3,
+    **options: Any,
+) -> KeyedStream:
+    if not df.isStreaming:
+        raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
+    if STATE_COLUMN in df.columns:
+        raise ConfigError("df", STATE_COLUMN, f"a DataFrame without a column named {STATE_COLUMN}")
+    if on_error not in ("fail", "emit", "defer"):
+        raise ConfigError("on_error", on_error, "'fail', 'emit', 'defer'")
+    if time_cap is not None and not time_cap > 0:
+        raise ConfigError("time_cap", time_cap, "seconds > 0, or None (no cap)")
+    if heartbeat is not None and not heartbeat >= 1:
+        raise ConfigError("heartbeat", heartbeat, "seconds >= 1, or None (micro-batches only on new input)")
+    columns = _key_columns(df, key)
+    sort_by = _order_columns(df, order_by)
+    if on_error != "fail" and error_column is None:
+        error_column = "_error"  # failed (or too long deferred) rows come out with their cause
+    parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age))
+    token = new_token()
+    key_arg: Any = columns[0] if len(columns) == 1 else columns
+    passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
+
+    def plan_of(both: DataFrame) -> tuple[Plan, StructType]:
+        plan, out, _ = _make_plan(
+            both,
+            fn,
+            OutputMode.KEY_ORDERED,
+            key=key_arg,
+            error_column=error_column,
+            _passthrough=passthrough,
+            _token=token,
+            **options,
+        )
+        return plan, out
+
+    plan_of(df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)))  # bad options fail now
+    return KeyedStream(
+        df,
+        parking_stage(plan_of, parking),
+        key_columns=columns,
+        order_by=sort_by,
+        sink=sink,
+        checkpoint_location=checkpoint_location,
+        num_partitions=num_partitions,
+        heartbeat=heartbeat,
+        keep_versions=keep_versions,
+    )
+
+
+def _key_columns(df: DataFrame, key: Any) -> list[str]:
+    columns = list(df.columns) if key is WHOLE_RECORD else field_names(key)
+    if columns is None:
+        raise ConfigError("key", key, "a column name, a list of column names, or WHOLE_RECORD")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ConfigError(
+            "key", key, f"columns of the DataFrame ({', '.join(df.columns)}); missing: {missing}"
+        )
+    return list(columns)
+
+
+def _order_columns(df: DataFrame, order_by: str | Sequence[str] | None) -> list[str]:
+    if order_by is None:
+        return []
+    sort_by = [order_by] if isinstance(order_by, str) else list(order_by)
+    absent = [c for c in sort_by if c not in df.columns]
+    if absent:
+        raise ConfigError("order_by", order_by, f"columns of the DataFrame; missing: {absent}")
+    return sort_by
+
 
 def _wait(
+    df: DataFrame,
+    fn: Any,
+    mode: OutputMode,
+    *,
+    observe: str | None = None,
+    **options: Any,
+) -> DataFrame:
+    plan, out, results = _make_plan(df, fn, mode, **options)
+    enriched = df.mapInArrow(partial(run_partition, plan), out)
+    if observe is None:
+        return enriched
+    # Spark's observed metrics: per batch query, or per micro-batch in the streaming query progress
+    first = F.col(results.fieldNames()[0])
+    measures = [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(first.isNull(), 1).otherwise(0)).alias("misses"),
+    ]
+    if plan.error_column is not None:
+        measures.append(F.sum(F.when(F.col(plan.error_column).isNotNull(), 1).otherwise(0)).alias("errors"))
+    return enriched.observe(observe, *measures)
+
+
+def _make_plan(
     df: DataFrame,
     fn: Any,
     mode: OutputMode,
@@ -214,27 +332,32 @@ def _wait(
     error_column: str | None = None,
     batch_size: int | None = 1000,
     metrics: AsyncWaitMetrics | None = None,
-    observe: str | None = None,
     _sort_in_task: list[str] | None = None,
-) -> DataFrame:
+    _passthrough: Sequence[StructField] = (),
+    _token: str | None = None,
+) -> tuple[Plan, StructType, StructType]:
+    """The task plan, the output schema and the result columns' schema."""
     spark = df.sparkSession
     conf = AsyncLookupConfig.from_conf(lambda k: spark.conf.get(k, None))
     if join not in ("left", "inner"):
         raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
     results = _schema_of(spark, output_schema, fn)
+    passthrough = [f.name for f in _passthrough]
+    columns = [c for c in df.columns if c not in passthrough]
     clash = [f.name for f in results.fields if f.name in df.columns]
     if clash:
         raise ConfigError(
             "output_schema", output_schema, f"result columns not already in the input; clashing: {clash}"
         )
-    fields = list(df.schema.fields) + [StructField(f.name, f.dataType, True) for f in results.fields]
+    fields = [f for f in df.schema.fields if f.name not in passthrough]
+    fields += [StructField(f.name, f.dataType, True) for f in results.fields]
     if error_column is not None:
         if error_column in df.columns or error_column in results.fieldNames():
             raise ConfigError("error_column", error_column, "a column name not already used")
         fields.append(StructField(error_column, ERROR_STRUCT, True))
-    out = StructType(fields)
+    out = StructType(fields + list(_passthrough))
     plan = Plan(
-        token=uuid.uuid4().hex,
+        token=_token or uuid.uuid4().hex,
         function=fn,
         mode=mode,
         key=key,
@@ -242,7 +365,7 @@ def _wait(
         timeout=timeout if timeout is not None else conf.timeout,
         retry=retry if retry is not None else conf.retry(),
         join=join,
-        input_columns=list(df.columns),
+        input_columns=columns,
         result_columns=results.fieldNames(),
         out_schema=_arrow_schema(out),
         error_column=error_column,
@@ -250,18 +373,7 @@ def _wait(
         batch_size=batch_size,
         metrics=metrics,
     )
-    enriched = df.mapInArrow(partial(run_partition, plan), out)
-    if observe is None:
-        return enriched
-    # Spark's observed metrics: per batch query, or per micro-batch in the streaming progress
-    first = F.col(results.fieldNames()[0])
-    measures = [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(first.isNull(), 1).otherwise(0)).alias("misses"),
-    ]
-    if error_column is not None:
-        measures.append(F.sum(F.when(F.col(error_column).isNotNull(), 1).otherwise(0)).alias("errors"))
-    return enriched.observe(observe, *measures)
+    return plan, out, results
 
 
 def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:

@@ -1,0 +1,130 @@
+"""The task side of rescale-safe streaming (no pyspark here): one partition of a micro-batch,
+parked rows of earlier micro-batches first, then new rows; what does not finish leaves as
+parked rows again.
+
+A row is parked when it carries the state column (a struct, see :data:`STATE_FIELDS`); new rows
+have it null. The partition arrives sorted: parked rows in their order, then new rows in arrival
+order, and every row of a key in this one partition (the driver repartitions by the key).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from .operator import KeyedAsyncWaitOperator
+from .parking import DeferPolicy, ParkedItem, ParkInfo
+from .spark_worker import Plan, _operator, _report, _to_arrow, instance_of, lookup_counts, worker_loop
+
+__all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition"]
+
+STATE_COLUMN = "_kaw_parked"
+STATE_FIELDS = (
+    ("order", "long"),  # position among the parked rows of the partition that wrote them
+    ("key_group", "int"),  # the core's stable hash of the key, in max_parallelism groups
+    ("attempts", "int"),
+    ("deferrals", "int"),
+    ("next_try", "double"),  # wall-clock seconds; null: at once
+    ("deferred_since", "double"),
+    ("error", "string"),
+)
+
+
+@dataclass(frozen=True)
+class ParkingPlan:
+    time_cap: float | None  # seconds a task may start work for; None: no cap
+    defer: DeferPolicy | None  # with on_error="defer"
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
+
+
+def _split(iterator: Iterator[Any]) -> tuple[list[ParkedItem] | list[dict[str, Any]], list[dict[str, Any]]]:
+    parked: list[dict[str, Any]] = []
+    new: list[dict[str, Any]] = []
+    for batch in iterator:
+        for row in batch.to_pylist():
+            (new if row[STATE_COLUMN] is None else parked).append(row)
+    parked.sort(key=lambda row: row[STATE_COLUMN]["order"])
+    return parked, new
+
+
+def _parked_item(row: dict[str, Any], key_of: Any) -> ParkedItem:
+    state = row.pop(STATE_COLUMN)
+    info = ParkInfo(
+        state["attempts"] or 0,
+        state["deferrals"] or 0,
+        state["next_try"],
+        state["deferred_since"],
+        state["error"],
+    )
+    return ParkedItem(row, key_of(row), info)
+
+
+def _parked_row(item: ParkedItem, order: int, max_parallelism: int) -> dict[str, Any]:
+    info = item.info
+    row = dict(item.record)
+    row[STATE_COLUMN] = {
+        "order": order,
+        "key_group": key_group_for(item.key, max_parallelism),
+        "attempts": info.attempts,
+        "deferrals": info.deferrals,
+        "next_try": info.next_try,
+        "deferred_since": info.deferred_since,
+        "error": info.error,
+    }
+    return row
+
+
+def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[Any]) -> Iterator[Any]:
+    """mapInArrow body: replay this partition's parked rows, run the new ones until the time cap,
+    and emit results (state column null) followed by the rows parked again (state set)."""
+    import pyarrow as pa
+
+    worker = worker_loop()
+    loop = worker.loop
+    adapter = worker.function(plan.token, plan.function)
+    op: KeyedAsyncWaitOperator = _operator(plan, adapter)
+    if parking.defer is not None:
+        op.on_error = "defer"
+        op.defer_policy = parking.defer
+    started = time.monotonic()
+    rows, new = _split(iterator)
+    key_of = op.key_selector
+    assert key_of is not None
+    op.replay_parked([_parked_item(row, key_of) for row in rows])  # type: ignore[arg-type]
+    for row in new:
+        del row[STATE_COLUMN]
+    instance = instance_of(adapter)
+    before = lookup_counts(instance)
+    cap = loop.call_later(parking.time_cap, op.hold) if parking.time_cap is not None else None
+    outputs = op.process_batches(new[i : i + 10_000] for i in range(0, len(new), 10_000))
+    rows_out = 0
+    peaks = {"in_flight": 0, "blocked_keys": 0}
+    try:
+        while True:
+            try:
+                chunk = loop.run_until_complete(outputs.__anext__())
+            except StopAsyncIteration:
+                break
+            batch = _to_arrow(plan, chunk)
+            rows_out += batch.num_rows
+            yield batch
+    finally:
+        if cap is not None:
+            cap.cancel()
+        loop.run_until_complete(outputs.aclose())
+        _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
+    left = op.leftover
+    base = _partition_id() << 32
+    parked_rows = [_parked_row(item, base + i, parking.max_parallelism) for i, item in enumerate(left)]
+    for i in range(0, len(parked_rows), 10_000):
+        yield pa.RecordBatch.from_pylist(parked_rows[i : i + 10_000], schema=plan.out_schema)
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
