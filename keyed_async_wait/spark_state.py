@@ -37,7 +37,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from .exceptions import ConfigError
 from .parking import DeferPolicy
@@ -45,7 +45,8 @@ from .spark_parking import STATE_COLUMN, STATE_FIELDS, ParkingPlan, run_parking_
 
 __all__ = ["BatchReport", "KeyedStream", "ParkedState"]
 
-STATE_STRUCT = StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in STATE_FIELDS))
+_TYPES = {"long": LongType(), "int": IntegerType(), "double": DoubleType(), "string": StringType()}
+STATE_STRUCT = StructType([StructField(name, _TYPES[kind], True) for name, kind in STATE_FIELDS])
 _TICK = "_kaw_tick"
 
 

@@ -49,10 +49,12 @@ class ServiceState:
     malformed: bool = False
     slow_ids: set[str] = field(default_factory=set)
     slow_seconds: float = 30.0
+    down_ids: set[str] = field(default_factory=set)  # these ids answer 503 (an outage of their shard)
     record_calls: bool = False
     # (key, start, end, query): what was asked, when, and the request's query parameters
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
+    started: threading.Event = field(default_factory=threading.Event)  # set as each request starts
 
     def fail(self, status: int, count: int = -1, retry_after: str | None = None) -> None:
         self.fail_status, self.fail_count, self.retry_after = status, count, retry_after
@@ -64,6 +66,7 @@ class ServiceState:
 def _app(state: ServiceState) -> web.Application:
     async def answer(key: str, payload: Any, query: dict[str, str] | None = None) -> web.Response:
         state.requests += 1
+        state.started.set()
         start = time.monotonic()
         # the log this request started under: one still running when a test resets the state
         # lands in the old log, not in the next test's
@@ -74,6 +77,8 @@ def _app(state: ServiceState) -> web.Application:
                     state.fail_count -= 1
                 headers = {"Retry-After": state.retry_after} if state.retry_after else None
                 return web.Response(status=state.fail_status, text="injected fault", headers=headers)
+            if key in state.down_ids:
+                return web.Response(status=503, text="shard down")
             delay = state.slow_seconds if key in state.slow_ids else state.latency
             if state.jitter:
                 delay += random.random() * state.jitter

@@ -1,0 +1,246 @@
+"""key_ordered_stream: parked rows as keyed state across micro-batches, under faults.
+
+Real local[2] Spark, the project's HTTP service on loopback, real processes for the crash."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keyed_async_wait import AsyncDataStream, ConfigError, RetryStrategy
+from keyed_async_wait.parking import DeferPolicy
+from keyed_async_wait.spark_state import ParkedState
+from lookup import Field, HttpLookup
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "seq long, order_id long, user_id long"
+
+
+def write_updates(folder: Path, rows: list[tuple[int, int, int]], files: int = 1) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        with open(folder / f"part-{f}.json", "w") as out:
+            for seq, order_id, user_id in rows[f::files]:
+                out.write(json.dumps({"seq": seq, "order_id": order_id, "user_id": user_id}) + "\n")
+
+
+def logged_users(url: str) -> HttpLookup:
+    return HttpLookup(
+        url + "/users/{user_id}", params={"order": "{order_id}", "seq": "{seq}"}, fields=[Field("name")]
+    )
+
+
+def calls_keep_key_order(calls: list[Any]) -> bool:
+    """Per order id, calls never overlap and start in seq order (retries of one seq allowed)."""
+    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for _, start, end, query in calls:
+        spans[query["order"]].append((start, end, int(query["seq"])))
+    for key_spans in spans.values():
+        key_spans.sort()
+        for a, b in itertools.pairwise(key_spans):
+            if b[0] < a[1] or b[2] < a[2]:
+                return False
+    return True
+
+
+class Sink:
+    """An idempotent sink: per batch id, the rows (a re-run replaces them)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[Any]] = {}
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.batches[batch_id] = df.collect()
+
+    def rows(self) -> list[Any]:
+        return [row for batch_id in sorted(self.batches) for row in self.batches[batch_id]]
+
+    def per_key(self) -> dict[int, list[int]]:
+        seqs: dict[int, list[int]] = defaultdict(list)
+        for row in self.rows():
+            seqs[row.order_id].append(row.seq)
+        return seqs
+
+
+def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.2, True
+    rows = [(seq, seq % 20, seq % 20) for seq in range(200)]
+    write_updates(tmp_path / "in", rows)
+    sink = Sink()
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
+        logged_users(url),
+        "order_id",
+        order_by="seq",
+        sink=sink,
+        checkpoint_location=str(tmp_path / "cp"),
+        time_cap=0.02,  # a tenth of one lookup
+        heartbeat=1,
+        timeout=10.0,
+    )
+    query = stream.start(processingTime="0.2 seconds")
+    try:
+        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 0, 150)
+    finally:
+        query.stop()
+    reports = [r for r in stream.reports if r.rows_in or r.replayed]
+    assert len(reports) >= 5  # it did take several micro-batches
+    assert all(r.rows_out > 0 for r in reports)  # and each made progress
+    assert sorted(r.seq for r in sink.rows()) == list(range(200))  # nothing lost or repeated
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
+    assert calls_keep_key_order(state.calls)
+    assert len(stream.state.versions()) <= 3  # old versions are cleaned up
+
+
+def test_defer_parks_keys_through_a_30_second_outage_and_finishes_them_in_order(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.01, True
+    state.down_ids = {"3", "7"}  # the shard behind users 3 and 7 answers 503
+    outage_started = time.monotonic()
+    healer = threading.Timer(30.0, state.down_ids.clear)
+    healer.start()
+    rows = [(seq, seq % 10, seq % 10) for seq in range(200)]
+    write_updates(tmp_path / "in", rows)
+    sink = Sink()
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
+        logged_users(url),
+        "order_id",
+        order_by="seq",
+        sink=sink,
+        checkpoint_location=str(tmp_path / "cp"),
+        on_error="defer",
+        defer=DeferPolicy(delay=2.0, max_delay=4.0),
+        heartbeat=1,
+        timeout=10.0,
+        retry=RetryStrategy.fixed_delay(2, 0.05),
+    )
+    query = stream.start(processingTime="0.5 seconds")
+    try:
+        others = 160
+
+        def others_done(_: Any) -> bool:
+            return sum(1 for r in sink.rows() if r.order_id not in (3, 7)) >= others
+
+        assert stream.wait_until(others_done, 60)
+        # the other keys went through while the outage lasted; the two keys are parked whole
+        assert time.monotonic() - outage_started < 30.0
+        assert stream.parked == 40
+        assert not any(r.order_id in (3, 7) for r in sink.rows())
+        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 0, 120)
+    finally:
+        healer.cancel()
+        query.stop()
+    assert sorted(r.seq for r in sink.rows()) == list(range(200))
+    assert all(r.name == f"user-{r.user_id}" and r._error is None for r in sink.rows())
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
+    assert calls_keep_key_order(state.calls)
+
+
+def test_killed_driver_restarted_with_other_partitions_loses_and_repeats_nothing(
+    service: Any, tmp_path: Path
+) -> None:
+    url, state = service
+    state.latency, state.jitter, state.record_calls = 0.15, 0.15, True
+    rows = [(seq, seq % 20, seq % 20) for seq in range(400)]
+    write_updates(tmp_path / "in", rows, files=4)
+    job = Path(__file__).with_name("parking_job.py")
+    args = [
+        sys.executable, str(job), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+        "--checkpoint", str(tmp_path / "cp"), "--url", url, "--expect", "400",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+
+    first = subprocess.Popen(
+        [*args, "--partitions", "3"], stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert first.stdout is not None
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in first.stdout], daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        while True:  # the first micro-batch with results has committed
+            line = lines.get(timeout=180)
+            if line.startswith("batch") and " out 0 " not in line:
+                break
+        state.started.clear()
+        assert state.started.wait(60)  # the next micro-batch has lookups in flight
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+        reader.join(30)
+        first.stdout.close()
+    assert first.returncode == -signal.SIGKILL
+
+    second = subprocess.run(
+        [*args, "--partitions", "5"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "out").to_pylist()
+    assert sorted(r["seq"] for r in table) == list(range(400))  # every input row exactly once
+    per_key: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for r in table:
+        per_key[r["order_id"]].append((r["batch_id"], r["pos"], r["seq"]))
+    for key, seen in per_key.items():
+        seqs = [seq for _, _, seq in sorted(seen)]
+        assert seqs == sorted(seqs), f"order {key}: output order {seqs}"
+
+
+def test_parked_state_versions_are_idempotent_per_batch_and_cleaned(spark: Any, tmp_path: Path) -> None:
+    from keyed_async_wait.spark_state import STATE_STRUCT
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    schema = StructType([StructField("k", LongType()), StructField("_kaw_parked", STATE_STRUCT)])
+    store = ParkedState(spark, str(tmp_path / "state"), keep=2)
+    assert store.read_before(5, schema) == (None, None)
+    rows = spark.createDataFrame([(1, {"order": 0, "key_group": 3, "attempts": 1})], schema)
+    store.write(1, rows, empty=False)
+    store.write(2, rows, empty=True)
+    version, df = store.read_before(2, schema)
+    assert version == 1 and df is not None and df.collect()[0].k == 1
+    assert store.read_before(3, schema) == (2, None)  # an empty version
+    store.write(1, rows.limit(0), empty=True)  # a re-run of batch 1 replaces its version
+    assert store.read_before(2, schema) == (1, None)
+    store.write(3, rows, empty=False)
+    store.write(4, rows, empty=False)
+    assert store.versions() == [3, 4]
+    with pytest.raises(ConfigError, match="keep_versions"):
+        ParkedState(spark, str(tmp_path / "x"), keep=0)
+
+
+def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_path: Path) -> None:
+    url, _ = service
+    batch = spark.createDataFrame([(1, 1, 1)], SCHEMA)
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    common = {"sink": lambda df, i: None, "checkpoint_location": str(tmp_path / "cp")}
+    with pytest.raises(ConfigError, match="a streaming DataFrame"):
+        AsyncDataStream.key_ordered_stream(batch, logged_users(url), "order_id", **common)
+    with pytest.raises(ConfigError, match="time_cap=0"):
+        AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", time_cap=0, **common)
+    with pytest.raises(ConfigError, match="'defer' when"):
+        AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", max_defer_age=5, **common)
+    with pytest.raises(ConfigError, match="missing"):
+        AsyncDataStream.key_ordered_stream(stream, logged_users(url), "nope", **common)
