@@ -71,7 +71,7 @@ def main() -> int:
     seen = 0
     try:
         while True:
-            if not stream.wait_until(lambda reports: len(reports) > seen, 120):
+            if not stream.wait_until(lambda reports, seen=seen: len(reports) > seen, 120):
                 print("no micro-batch for 120 s", flush=True)
                 return 1
             for report in stream.reports[seen:]:

@@ -210,8 +210,9 @@ def test_killed_driver_restarted_with_other_partitions_loses_and_repeats_nothing
 
 
 def test_parked_state_versions_are_idempotent_per_batch_and_cleaned(spark: Any, tmp_path: Path) -> None:
-    from keyed_async_wait.spark_state import STATE_STRUCT
     from pyspark.sql.types import LongType, StructField, StructType
+
+    from keyed_async_wait.spark_state import STATE_STRUCT
 
     schema = StructType([StructField("k", LongType()), StructField("_kaw_parked", STATE_STRUCT)])
     store = ParkedState(spark, str(tmp_path / "state"), keep=2)
