@@ -91,7 +91,9 @@ class KeyedAsyncWaitOperator:
       :class:`FailedRecord` in its place and goes on.
     * ``batch_size`` / ``buffer_timeout``: the active buffer of an action with ``invoke_batch``
       (``batch_size=None`` turns batching off). With ``buffer_timeout=0`` a batch leaves as soon as
-      no more records are at hand; larger values wait up to that long to fill it.
+      no more records are at hand; larger values wait up to that long to fill it; ``None``
+      (backlog) sends only full batches, except when the intake must wait or no batch is in
+      flight: no timer at all.
     * ``output``: ``"results"`` yields each result; ``"pairs"`` yields ``(record, results)`` once
       per record (results an empty list for a miss).
     * ``on_close``: what happens to running actions when the consumer stops early.
@@ -114,7 +116,7 @@ class KeyedAsyncWaitOperator:
         retry: RetryStrategy | None = None,
         on_error: OnError = "fail",
         batch_size: int | None = DEFAULT_BATCH_SIZE,
-        buffer_timeout: float = 0.0,
+        buffer_timeout: float | None = 0.0,
         output: Output = "results",
         on_close: OnClose = "cancel",
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
@@ -147,7 +149,9 @@ class KeyedAsyncWaitOperator:
             raise ConfigError("defer", defer, "a DeferPolicy or None")
         self.defer_policy = (defer or DeferPolicy()) if self.on_error == "defer" else None
         self.batch_size = None if batch_size is None else _check_positive_int("batch_size", batch_size)
-        self.buffer_timeout = _check_seconds("buffer_timeout", buffer_timeout, allow_zero=True)
+        self.buffer_timeout = None
+        if buffer_timeout is not None:
+            self.buffer_timeout = _check_seconds("buffer_timeout", buffer_timeout, allow_zero=True)
         self.output: Output = _check_choice("output", output, ("results", "pairs"))
         self.on_close: OnClose = _check_choice("on_close", on_close, ("cancel", "wait"))
         self.max_parallelism = _check_positive_int("max_parallelism", max_parallelism)

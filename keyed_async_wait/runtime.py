@@ -400,7 +400,8 @@ class Runtime:
             ready.clear()
         for batch in self.buffer.extend(fresh):
             self._send_batch(batch)
-        if len(self.buffer) and self._flush_handle is None:
+        idle = self.buffer_timeout is not None or not self._batches
+        if len(self.buffer) and self._flush_handle is None and idle:
             self._schedule_flush()
 
     def _attempt(self, entry: Entry) -> None:
@@ -495,7 +496,7 @@ class Runtime:
     # ------------------------------------------------------------------ batches
 
     def _schedule_flush(self) -> None:
-        if self.buffer_timeout > 0:
+        if self.buffer_timeout:
             self._flush_handle = self.loop.call_later(self.buffer_timeout, self._flush_callback)
         else:
             self._flush_handle = self.loop.call_soon(self._flush_callback)
@@ -569,6 +570,14 @@ class Runtime:
         finally:
             self._draining = False
         self._drain()
+        self._flush_when_idle()
+
+    def _flush_when_idle(self) -> None:
+        """Without a buffer timeout (backlog): a part-filled buffer leaves once no batch is in
+        flight that could still fill it, so nothing waits on a timer and nothing waits forever."""
+        waiting = len(self.buffer) and self._flush_handle is None
+        if waiting and self.buffer_timeout is None and not self._batches:
+            self._schedule_flush()
 
     def _on_batch_value(self, batch: _Batch, values: Any) -> None:
         entries = batch.entries
@@ -749,6 +758,7 @@ class Runtime:
         finally:
             self._draining = False
         self._drain()
+        self._flush_when_idle()
 
     # ------------------------------------------------------------------ shutdown
 

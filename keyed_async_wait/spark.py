@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from .backlog import BacklogPolicy
 from .config import AsyncLookupConfig
 from .elements import OutputMode
 from .exceptions import ConfigError
@@ -61,7 +62,18 @@ class AsyncWaitMetrics:
     cache hits, the peak records in flight and blocked keys of any task, and a latency
     histogram with percentiles."""
 
-    COUNTERS = ("records", "rows_out", "attempts", "retries", "timeouts", "failures", "lookups", "cache_hits")
+    COUNTERS = (
+        "records",
+        "rows_out",
+        "attempts",
+        "retries",
+        "timeouts",
+        "failures",
+        "lookups",
+        "cache_hits",
+        "backlog_tasks",  # tasks that ran in the backlog gear (FLIP-327), with backlog= set
+        "caught_up_tasks",
+    )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 
     def __init__(self, spark: SparkSession | SparkContext) -> None:
@@ -332,6 +344,8 @@ def _make_plan(
     error_column: str | None = None,
     batch_size: int | None = 1000,
     metrics: AsyncWaitMetrics | None = None,
+    backlog: bool | str | BacklogPolicy | None = None,
+    event_time: str | None = None,
     _sort_in_task: list[str] | None = None,
     _passthrough: Sequence[StructField] = (),
     _token: str | None = None,
@@ -372,8 +386,23 @@ def _make_plan(
         sort_by=_sort_in_task,
         batch_size=batch_size,
         metrics=metrics,
+        backlog=_backlog_policy(backlog),
+        bounded=not df.isStreaming,
+        event_time=event_time,
     )
+    if event_time is not None and event_time not in df.columns:
+        raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
     return plan, out, results
+
+
+def _backlog_policy(backlog: bool | str | BacklogPolicy | None) -> BacklogPolicy | None:
+    if backlog is None or isinstance(backlog, BacklogPolicy):
+        return backlog
+    if isinstance(backlog, bool):
+        return BacklogPolicy(is_backlog=backlog)
+    if backlog == "auto":
+        return BacklogPolicy()
+    raise ConfigError("backlog", backlog, "None (fixed settings), True, False, 'auto', or a BacklogPolicy")
 
 
 def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:

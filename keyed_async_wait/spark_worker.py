@@ -15,8 +15,10 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
+from .backlog import BacklogPolicy, Gear
 from .elements import FailedRecord, OutputMode
 from .exceptions import KeyedAsyncWaitError
 from .function import FunctionAdapter, adapt_function
@@ -61,6 +63,9 @@ class Plan:
     sort_by: list[str] | None = None  # order inside the task (streaming: no sortWithinPartitions)
     batch_size: int | None = 1000
     metrics: Any = None  # AsyncWaitMetrics (accumulators), or None
+    backlog: BacklogPolicy | None = None  # None: fixed settings, no gears
+    bounded: bool = False  # a batch query (always backlog under a policy)
+    event_time: str | None = None  # a column whose lag behind the clock signals a backlog
 
 
 # ---------------------------------------------------------------------- per-process state
@@ -150,19 +155,60 @@ def shared(adapter: FunctionAdapter) -> FunctionAdapter:
     )
 
 
-def _operator(plan: Plan, adapter: FunctionAdapter) -> KeyedAsyncWaitOperator:
+def _operator(plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None) -> KeyedAsyncWaitOperator:
+    capacity, batch_size = plan.capacity, plan.batch_size
+    buffer_timeout: float | None = 0.0
+    if gear is not None and gear.name == "backlog":
+        capacity, batch_size, buffer_timeout = max(capacity, gear.capacity), gear.batch_size, None
+    elif gear is not None:
+        batch_size = min(batch_size or gear.batch_size, gear.batch_size)
+        buffer_timeout = gear.buffer_timeout or 0.0
     return KeyedAsyncWaitOperator(
         shared(adapter),
         mode=plan.mode,
         key=plan.key,
-        capacity=plan.capacity,
+        capacity=capacity,
         timeout=plan.timeout,
         retry=plan.retry,
         on_error="emit" if plan.error_column else "fail",
         output="pairs",
-        batch_size=plan.batch_size,
+        batch_size=batch_size,
+        buffer_timeout=buffer_timeout,
         track_latency=plan.metrics is not None,
     )
+
+
+def _choose_gear(plan: Plan, chunks: Iterator[list[dict[str, Any]]]) -> tuple[Gear, str, Iterator[list[Any]]]:
+    """Look ahead at the task's input until the policy can decide; the gear, the reason, and
+    the input again (the chunks looked at first)."""
+    policy = plan.backlog
+    assert policy is not None
+    seen: list[list[dict[str, Any]]] = []
+    rows, ended = 0, False
+    if not plan.bounded and policy.is_backlog is None:
+        while rows < policy.threshold_rows:
+            chunk = next(chunks, None)
+            if chunk is None:
+                ended = True
+                break
+            seen.append(chunk)
+            rows += len(chunk)
+    gear, reason = policy.decide(bounded=plan.bounded, rows=rows, input_ended=ended, lag=_lag(plan, seen))
+    return gear, reason, chain(seen, chunks)
+
+
+def _lag(plan: Plan, chunks: list[list[dict[str, Any]]]) -> float | None:
+    """Seconds the newest event time seen lags the clock (None without an event-time column)."""
+    column = plan.event_time
+    if column is None:
+        return None
+    newest = max(
+        (row[column] for chunk in chunks for row in chunk if row.get(column) is not None), default=None
+    )
+    if newest is None:
+        return None
+    stamp = newest.timestamp() if hasattr(newest, "timestamp") else float(newest)
+    return time.time() - stamp
 
 
 def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
@@ -174,11 +220,16 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     worker = worker_loop()
     loop = worker.loop
     adapter = worker.function(plan.token, plan.function)
-    op = _operator(plan, adapter)
+    chunks: Iterator[list[Any]] = _rows(iterator, plan)
+    gear = None
+    if plan.backlog is not None:
+        gear, reason, chunks = _choose_gear(plan, chunks)
+        log.info("async wait task: gear=%s because %s", gear.name, reason)
+    op = _operator(plan, adapter, gear)
     instance = instance_of(adapter)
     before = lookup_counts(instance)
     started = time.monotonic()
-    outputs = op.process_batches(_rows(iterator, plan))
+    outputs = op.process_batches(chunks)
     rows_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}
     try:
@@ -195,7 +246,7 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
             yield batch
     finally:
         loop.run_until_complete(outputs.aclose())
-        _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
+        _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks, gear)
 
 
 def instance_of(adapter: FunctionAdapter) -> Any:
@@ -217,6 +268,7 @@ def _report(
     rows_out: int,
     wall: float,
     peaks: dict[str, int],
+    gear: Gear | None = None,
 ) -> None:
     stats = op.stats
     after = lookup_counts(instance)
@@ -260,6 +312,8 @@ def _report(
             cache_hits=delta.get("cache_hits", 0),
             peak_in_flight=peaks["in_flight"],
             peak_blocked_keys=peaks["blocked_keys"],
+            backlog_tasks=int(gear is not None and gear.name == "backlog"),
+            caught_up_tasks=int(gear is not None and gear.name != "backlog"),
             latencies=latencies,
         )
 

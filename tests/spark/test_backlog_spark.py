@@ -1,0 +1,107 @@
+"""Backlog mode on Spark: a batch query takes the backlog gear, a small micro-batch the
+caught-up one; the output is the same, the calls fewer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError
+from keyed_async_wait.backlog import BacklogPolicy
+from lookup import Field, HttpLookup
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "seq long, order_id long, user_id long"
+
+
+def batch_users(url: str) -> HttpLookup:
+    return HttpLookup(
+        url + "/users/{user_id}", batch_url=url + "/users/batch", key="{user_id}", fields=[Field("name")]
+    )
+
+
+def test_a_batch_query_runs_in_the_backlog_gear_with_fewer_calls_and_the_same_output(
+    spark: Any, service: Any
+) -> None:
+    url, state = service
+    state.latency = 0.005
+    rows = [(seq, seq % 500, seq * 7 % 300) for seq in range(6000)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    results, calls, gears = {}, {}, {}
+    for mode in ("auto", False):
+        state.requests = 0
+        metrics = AsyncWaitMetrics(spark)
+        out = AsyncDataStream.key_ordered_wait(
+            df,
+            batch_users(url),
+            key="order_id",
+            order_by="seq",
+            num_partitions=2,
+            backlog=mode,
+            metrics=metrics,
+        )
+        results[mode] = sorted(tuple(r) for r in out.collect())
+        calls[mode] = state.requests
+        m = metrics.value
+        gears[mode] = (m["backlog_tasks"], m["caught_up_tasks"])
+    assert results["auto"] == results[False]
+    assert all(r[3] == f"user-{r[2]}" for r in results["auto"])
+    assert gears == {"auto": (2, 0), False: (0, 2)}
+    assert calls[False] >= 5 * calls["auto"], calls
+
+
+def test_a_small_micro_batch_runs_caught_up_and_a_large_one_in_backlog(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    url, _ = service
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(folder / "small.json", "w") as f:
+        for seq in range(20):
+            f.write(json.dumps({"seq": seq, "order_id": seq % 5, "user_id": seq}) + "\n")
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(
+        spark.readStream.schema(SCHEMA).json(str(folder)),
+        batch_users(url),
+        key="order_id",
+        order_by="seq",
+        num_partitions=2,
+        backlog=BacklogPolicy(threshold_rows=50),
+        metrics=metrics,
+    )
+    query = (
+        out.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert (metrics.value["backlog_tasks"], metrics.value["caught_up_tasks"]) == (0, 2)
+    with open(folder / "large.json", "w") as f:
+        for seq in range(20, 220):
+            f.write(json.dumps({"seq": seq, "order_id": seq % 5, "user_id": seq}) + "\n")
+    query = (
+        out.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert metrics.value["backlog_tasks"] == 2  # both partitions of the large micro-batch
+    written = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r.seq for r in written) == list(range(220))
+
+
+def test_a_bad_backlog_option_names_the_allowed_values(spark: Any, service: Any) -> None:
+    url, _ = service
+    df = spark.createDataFrame([(1, 1, 1)], SCHEMA)
+    with pytest.raises(ConfigError, match="'auto'"):
+        AsyncDataStream.ordered_wait(df, batch_users(url), backlog="sometimes")
+    with pytest.raises(ConfigError, match="event_time"):
+        AsyncDataStream.ordered_wait(df, batch_users(url), backlog="auto", event_time="ts")
