@@ -229,6 +229,23 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     instance = instance_of(adapter)
     before = lookup_counts(instance)
     started = time.monotonic()
+    # backlog: identical lookups of the whole task are made once (a lookup's run-scoped cache)
+    memo = getattr(instance, "memoized", None)
+    backlog = gear is not None and gear.name == "backlog"
+    with memo() if backlog and memo is not None else contextlib.nullcontext():
+        yield from _run_task(plan, op, loop, chunks, instance, before, started, gear)
+
+
+def _run_task(
+    plan: Plan,
+    op: KeyedAsyncWaitOperator,
+    loop: asyncio.AbstractEventLoop,
+    chunks: Iterator[list[Any]],
+    instance: Any,
+    before: dict[str, int],
+    started: float,
+    gear: Gear | None,
+) -> Iterator[Any]:
     outputs = op.process_batches(chunks)
     rows_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}

@@ -4,8 +4,9 @@ client made lazily inside the event loop that uses it (never pickled)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import types
-from collections.abc import Generator, Hashable, Sequence
+from collections.abc import Generator, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,6 +309,20 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             return self._result(answer, key)
         except LookupServiceError as exc:
             return exc
+
+    @contextlib.contextmanager
+    def memoized(self) -> Iterator[None]:
+        """Within the block each lookup key is fetched at most once: a cache scoped to one run
+        (a backlog micro-batch, whose answers are taken as fixed while it runs). A lookup with
+        a cache of its own keeps it."""
+        if self.cache is not None:
+            yield
+            return
+        self.cache = PartialCache(max_rows=10_000_000)
+        try:
+            yield
+        finally:
+            self.cache = None
 
     def input_fields(self) -> tuple[str, ...]:
         """The record fields the lookup's templates read, in order of first use."""
