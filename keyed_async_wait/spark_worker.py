@@ -24,6 +24,7 @@ from .exceptions import KeyedAsyncWaitError
 from .function import FunctionAdapter, adapt_function
 from .operator import KeyedAsyncWaitOperator
 from .retry import RetryStrategy
+from .spark_columnar import ColumnarRun, supports_columnar
 
 __all__ = [
     "Plan",
@@ -178,33 +179,37 @@ def _operator(plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None) ->
     )
 
 
-def _choose_gear(plan: Plan, chunks: Iterator[list[dict[str, Any]]]) -> tuple[Gear, str, Iterator[list[Any]]]:
-    """Look ahead at the task's input until the policy can decide; the gear, the reason, and
-    the input again (the chunks looked at first)."""
+def _choose_gear(plan: Plan, batches: Iterator[Any]) -> tuple[Gear, str, Iterator[Any]]:
+    """Look ahead at the task's Arrow batches until the policy can decide; the gear, the reason,
+    and the batches again (those looked at first)."""
     policy = plan.backlog
     assert policy is not None
-    seen: list[list[dict[str, Any]]] = []
+    seen: list[Any] = []
     rows, ended = 0, False
     if not plan.bounded and policy.is_backlog is None:
         while rows < policy.threshold_rows:
-            chunk = next(chunks, None)
-            if chunk is None:
+            batch = next(batches, None)
+            if batch is None:
                 ended = True
                 break
-            seen.append(chunk)
-            rows += len(chunk)
+            seen.append(batch)
+            rows += batch.num_rows
     gear, reason = policy.decide(bounded=plan.bounded, rows=rows, input_ended=ended, lag=_lag(plan, seen))
-    return gear, reason, chain(seen, chunks)
+    return gear, reason, chain(seen, batches)
 
 
-def _lag(plan: Plan, chunks: list[list[dict[str, Any]]]) -> float | None:
+def _lag(plan: Plan, batches: list[Any]) -> float | None:
     """Seconds the newest event time seen lags the clock (None without an event-time column)."""
+    import pyarrow.compute as pc
+
     column = plan.event_time
     if column is None:
         return None
-    newest = max(
-        (row[column] for chunk in chunks for row in chunk if row.get(column) is not None), default=None
-    )
+    newest = None
+    for batch in batches:
+        value = pc.max(batch.column(column)).as_py()
+        if value is not None and (newest is None or value > newest):
+            newest = value
     if newest is None:
         return None
     stamp = newest.timestamp() if hasattr(newest, "timestamp") else float(newest)
@@ -220,10 +225,10 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     worker = worker_loop()
     loop = worker.loop
     adapter = worker.function(plan.token, plan.function)
-    chunks: Iterator[list[Any]] = _rows(iterator, plan)
+    batches: Iterator[Any] = iter(iterator)
     gear = None
     if plan.backlog is not None:
-        gear, reason, chunks = _choose_gear(plan, chunks)
+        gear, reason, batches = _choose_gear(plan, batches)
         log.info("async wait task: gear=%s because %s", gear.name, reason)
     op = _operator(plan, adapter, gear)
     instance = instance_of(adapter)
@@ -233,7 +238,41 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     memo = getattr(instance, "memoized", None)
     backlog = gear is not None and gear.name == "backlog"
     with memo() if backlog and memo is not None else contextlib.nullcontext():
-        yield from _run_task(plan, op, loop, chunks, instance, before, started, gear)
+        if backlog and supports_columnar(plan, instance):
+            columnar = ColumnarRun(plan, instance, loop)
+            yield from columnar.batches(batches)
+            if columnar.pending is None:
+                _report_columnar(plan, instance, before, columnar, time.monotonic() - started)
+                return
+            batches = chain([columnar.pending], batches)
+        yield from _run_task(plan, op, loop, _rows(batches, plan), instance, before, started, gear)
+
+
+def _report_columnar(
+    plan: Plan, instance: Any, before: dict[str, int], run: ColumnarRun, wall: float
+) -> None:
+    after = lookup_counts(instance)
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    log.info(
+        "async wait task: mode=%s gear=backlog (columnar) records=%d rows_out=%d wall=%.2fs lookups=%s "
+        "cache_hits=%s",
+        plan.mode.name,
+        run.records,
+        run.rows_out,
+        wall,
+        delta.get("lookups", "-"),
+        delta.get("cache_hits", "-"),
+    )
+    if plan.metrics is not None:
+        plan.metrics.add_task(
+            records=run.records,
+            rows_out=run.rows_out,
+            attempts=delta.get("lookups", 0),
+            lookups=delta.get("lookups", 0),
+            cache_hits=delta.get("cache_hits", 0),
+            backlog_tasks=1,
+            latencies=[],
+        )
 
 
 def _run_task(

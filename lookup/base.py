@@ -71,6 +71,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
+        self._memo_results: dict[Hashable, Any] | None = None  # mapped results, in memoized()
         if self.batching:
             self.invoke_batch = self._invoke_batch
 
@@ -118,6 +119,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         state["_client"] = None
         state["_client_loop"] = None
         state["_inflight"] = {}
+        state["_memo_results"] = None
         state.pop("invoke_batch", None)
         state["stats"] = LookupStats()
         return state
@@ -310,19 +312,100 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         except LookupServiceError as exc:
             return exc
 
+    # ------------------------------------------------------------------ columnar (backlog)
+
+    def column_keys(self, batch: Any) -> list[Hashable]:
+        """The lookup key of every row of an Arrow record batch (reads only the input fields).
+        Raises :class:`LookupServiceError` (a TemplateError) if a row lacks one."""
+        template = self._key_template()
+        if template is not None and template.fields[0] in batch.schema.names:
+            keys = template.render_values(batch.column(template.fields[0]).to_pylist())
+            if keys is not None:
+                return list(keys)
+        fields = [name for name in self.input_fields() if name in batch.schema.names]
+        return self._request_keys_fast(batch.select(fields).to_pylist())
+
+    def _key_template(self) -> Any:
+        """The template that alone makes the lookup key, when there is one (a Template)."""
+        return None
+
+    async def results_for_keys(self, keys: list[Hashable], chunk: int, concurrency: int = 8) -> list[Any]:
+        """For distinct lookup keys: each key's result list (``[]`` for a miss) or its error.
+
+        The cache (or :meth:`memoized`'s) first; the rest in batch calls of up to ``chunk`` keys,
+        ``concurrency`` at a time (or one call per key for a lookup that does not batch).
+        """
+        out: list[Any] = [None] * len(keys)
+        cache, stats = self.cache, self.stats
+        stats.records += len(keys)
+        todo = list(range(len(keys)))
+        mapped = self._memo_results
+        if mapped is not None:  # a memoized run: results already mapped, by key
+            todo = []
+            for i, key in enumerate(keys):
+                value = mapped.get(key)
+                if value is None:
+                    todo.append(i)
+                else:
+                    out[i] = value
+            stats.cache_hits += len(keys) - len(todo)
+        elif cache is not None:
+            cached = cache.get_many(keys)
+            todo = []
+            for i, value in enumerate(cached):
+                if value is MISS:
+                    todo.append(i)
+                else:
+                    out[i] = [] if value is None else self._mapped(value, keys[i])
+            stats.cache_hits += len(keys) - len(todo)
+        if not todo:
+            return out
+        gate = asyncio.Semaphore(concurrency)
+
+        async def fetch(part: list[int]) -> None:
+            async with gate:
+                wanted = [keys[i] for i in part]
+                if self.batching:
+                    answers = await self._fetch_counted(wanted)
+                else:
+                    answers = await asyncio.gather(
+                        *(self._fetch_one(k) for k in wanted), return_exceptions=True
+                    )
+            for i, answer in zip(
+                part, answers if isinstance(answers, list) else [answers] * len(part), strict=True
+            ):
+                if isinstance(answer, BaseException):
+                    out[i] = answer
+                    continue
+                if cache is not None:
+                    cache.put(keys[i], answer)
+                if answer is None:
+                    stats.misses += 1
+                    out[i] = []
+                else:
+                    out[i] = self._mapped(answer, keys[i])
+                if mapped is not None and not isinstance(out[i], BaseException):
+                    mapped[keys[i]] = out[i]
+
+        step = chunk if self.batching else max(1, chunk // concurrency)
+        await asyncio.gather(*(fetch(todo[i : i + step]) for i in range(0, len(todo), step)))
+        return out
+
     @contextlib.contextmanager
     def memoized(self) -> Iterator[None]:
         """Within the block each lookup key is fetched at most once: a cache scoped to one run
         (a backlog micro-batch, whose answers are taken as fixed while it runs). A lookup with
         a cache of its own keeps it."""
-        if self.cache is not None:
-            yield
-            return
-        self.cache = PartialCache(max_rows=10_000_000)
+        own = self.cache is not None
+        if not own:
+            self.cache = PartialCache(max_rows=10_000_000)
+        self._memo_results = {}
         try:
             yield
         finally:
-            self.cache = None
+            self._memo_results = None
+            if not own:
+                self.cache = None
 
     def input_fields(self) -> tuple[str, ...]:
         """The record fields the lookup's templates read, in order of first use."""

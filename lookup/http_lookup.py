@@ -179,6 +179,9 @@ class HttpLookup(Lookup):
         auth = " auth=***" if self._bearer or self._basic else ""
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
 
+    def _key_template(self) -> Template | None:
+        return self.key if self.batching else None
+
     def input_fields(self) -> tuple[str, ...]:
         templates = [self.key] if self.batching and self.key is not None else [self.url]
         templates += [*self.params.values(), *self.headers.values()]

@@ -85,6 +85,9 @@ class RedisLookup(Lookup):
     def input_fields(self) -> tuple[str, ...]:
         return self.key.fields
 
+    def _key_template(self) -> Template:
+        return self.key
+
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> aioredis.Redis:

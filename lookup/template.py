@@ -58,6 +58,15 @@ class Template:
                 return [f"{prefix}{value}" for value in values]
         return [self.render(record) for record in records]  # raises the precise error
 
+    def render_values(self, values: list[Any]) -> list[str] | None:
+        """A one-field template over that field's values (a column); None when it has other
+        fields, or a value is None (then :meth:`render_many` names the record)."""
+        if len(self._fields) != 1 or self._quote is not str or None in values:
+            return None
+        prefix = self._parts[0][0]
+        suffix = "".join(literal for literal, _ in self._parts[1:])
+        return [f"{prefix}{value}{suffix}" for value in values]
+
     def render(self, record: Any) -> str:
         out = []
         for literal, field in self._parts:

@@ -105,3 +105,35 @@ def test_a_bad_backlog_option_names_the_allowed_values(spark: Any, service: Any)
         AsyncDataStream.ordered_wait(df, batch_users(url), backlog="sometimes")
     with pytest.raises(ConfigError, match="event_time"):
         AsyncDataStream.ordered_wait(df, batch_users(url), backlog="auto", event_time="ts")
+
+
+def test_the_columnar_backlog_path_hands_failures_to_the_record_path(spark: Any, service: Any) -> None:
+    from keyed_async_wait import RetryStrategy
+
+    url, state = service
+    state.fail(503, count=2)  # the first two batch calls fail: the record path retries them
+    rows = [(seq, seq % 50, seq % 40) for seq in range(400)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(
+        df,
+        batch_users(url),
+        key="order_id",
+        order_by="seq",
+        num_partitions=2,
+        backlog=True,
+        retry=RetryStrategy.fixed_delay(5, 0.01),
+        metrics=metrics,
+    ).collect()
+    assert sorted(r.seq for r in out) == list(range(400))
+    assert all(r.name == f"user-{r.user_id}" for r in out)
+    assert metrics.value["retries"] >= 1  # the record path ran, and retried
+
+
+def test_a_row_without_a_lookup_key_fails_with_its_field_named_in_backlog_too(
+    spark: Any, service: Any
+) -> None:
+    url, _ = service
+    df = spark.createDataFrame([(1, 1, 1), (2, 2, None)], SCHEMA)
+    with pytest.raises(Exception, match="user_id"):
+        AsyncDataStream.key_ordered_wait(df, batch_users(url), key="order_id", backlog=True).collect()

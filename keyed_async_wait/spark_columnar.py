@@ -1,0 +1,101 @@
+"""The backlog gear's columnar path for read-only lookups (no pyspark here).
+
+In the backlog gear a lookup's answers are taken as fixed for the run (its memo), so a record's
+result depends only on its lookup key, not on when it runs. The task then works on whole Arrow
+batches: the distinct lookup keys of a batch, one set of batch calls for those the memo lacks,
+and the result columns built by key; the rows leave in input order, so every per-key order (and
+the ORDERED order) holds, and the output is the one the record path gives. Only rows' lookup
+fields are turned into Python objects.
+
+Anything this path does not cover (a failed call, a row without a lookup key, an error column,
+results that do not fit the schema) hands the rest of the task, from the current batch on, to
+the record path, which retries, times out and reports per record; rows already emitted are all
+earlier in the input, so order still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["ColumnarRun", "supports_columnar"]
+
+log = logging.getLogger("keyed_async_wait.spark")
+
+CHUNK = 2_000  # keys per batch call
+
+
+class _Fallback(Exception):
+    """This batch needs the record path."""
+
+
+def supports_columnar(plan: Any, instance: Any) -> bool:
+    return (
+        instance is not None
+        and callable(getattr(instance, "results_for_keys", None))
+        and callable(getattr(instance, "column_keys", None))
+        and plan.error_column is None
+        and not plan.sort_by
+    )
+
+
+class ColumnarRun:
+    """Enrich Arrow batches until one needs the record path; that one is left in ``pending``."""
+
+    def __init__(self, plan: Any, instance: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.plan, self.instance, self.loop = plan, instance, loop
+        self.pending: Any = None
+        self.records = 0
+        self.rows_out = 0
+
+    def batches(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            try:
+                out = _enrich(self.plan, self.instance, self.loop, batch)
+            except _Fallback as why:
+                log.info("async wait task: the record path takes over from the columnar one: %s", why)
+                self.pending = batch
+                return
+            self.records += batch.num_rows
+            self.rows_out += out.num_rows
+            yield out
+
+
+def _enrich(plan: Any, instance: Any, loop: asyncio.AbstractEventLoop, batch: Any) -> Any:
+    import pyarrow as pa
+
+    if batch.num_rows == 0:
+        return pa.RecordBatch.from_pylist([], schema=plan.out_schema)
+    try:
+        keys = instance.column_keys(batch)
+    except Exception as exc:
+        raise _Fallback(f"a row without a lookup key ({type(exc).__name__})") from exc
+    distinct = list(dict.fromkeys(keys))
+    fetch = instance.results_for_keys(distinct, CHUNK)
+    try:
+        answers = loop.run_until_complete(asyncio.wait_for(fetch, plan.timeout) if plan.timeout else fetch)
+    except Exception as exc:
+        raise _Fallback(f"{type(exc).__name__}: {exc}") from exc
+    by_key = {}
+    for key, answer in zip(distinct, answers, strict=True):
+        if isinstance(answer, BaseException) or len(answer) > 1:
+            raise _Fallback(f"lookup key {key!r}: {answer!r:.100}")
+        by_key[key] = answer[0] if answer else None
+    results = [by_key[key] for key in keys]
+    columns = list(batch.columns)
+    allowed = set(plan.result_columns)
+    for result in by_key.values():
+        if result is not None and (not isinstance(result, dict) or not allowed.issuperset(result)):
+            raise _Fallback("a result that is not a dict of the result columns")
+    try:
+        for name in plan.result_columns:
+            kind = plan.out_schema.field(name).type
+            columns.append(pa.array([None if r is None else r.get(name) for r in results], type=kind))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+        raise _Fallback(f"results do not fit the schema ({exc})") from exc
+    out = pa.RecordBatch.from_arrays(columns, schema=plan.out_schema)
+    if plan.join == "inner":
+        out = out.filter(pa.array([r is not None for r in results]))
+    return out
