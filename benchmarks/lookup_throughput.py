@@ -111,7 +111,30 @@ def bench_redis(url: str, n: int) -> None:
         n, lambda: through_operator(RedisLookup(url, "item:{id}"), records, capacity=5000, batch_size=500)
     )
     row("RedisLookup: MGET batches of 500, capacity 5000", rate, base)
+    rate = timed(n, lambda: columnar(RedisLookup(url, "item:{id}"), n, chunk=500, concurrency=1))
+    row("RedisLookup columnar (backlog path): MGET of 500, 1 at a time", rate, base)
+    rate = timed(n, lambda: columnar(RedisLookup(url, "item:{id}"), n, chunk=500, concurrency=8))
+    row("RedisLookup columnar (backlog path): MGET of 500, 8 at a time", rate, base)
     client.close()
+
+
+async def columnar(lookup: Any, n: int, chunk: int, concurrency: int) -> int:
+    """The backlog gear's columnar path: Arrow batches of ids in, result lists per key out."""
+    import pyarrow as pa
+
+    batches = [
+        pa.RecordBatch.from_arrays([pa.array(range(i, min(n, i + 10_000)))], ["id"])
+        for i in range(0, n, 10_000)
+    ]
+    done = 0
+    try:
+        for batch in batches:
+            keys = lookup.column_keys(batch)
+            results = await lookup.results_for_keys(list(dict.fromkeys(keys)), chunk, concurrency)
+            done += len(results)
+    finally:
+        await lookup.aclose()
+    return done
 
 
 @contextlib.contextmanager
