@@ -362,6 +362,8 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             return out
         gate = asyncio.Semaphore(concurrency)
 
+        plain = self.mapper.fields is None and self.mapper.result_path is None
+
         async def fetch(part: list[int]) -> None:
             async with gate:
                 wanted = [keys[i] for i in part]
@@ -371,21 +373,26 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                     answers = await asyncio.gather(
                         *(self._fetch_one(k) for k in wanted), return_exceptions=True
                     )
-            for i, answer in zip(
-                part, answers if isinstance(answers, list) else [answers] * len(part), strict=True
-            ):
+            if not isinstance(answers, list):
+                answers = [answers] * len(part)
+            put = cache.put if cache is not None else None
+            for i, answer in zip(part, answers, strict=True):
                 if isinstance(answer, BaseException):
                     out[i] = answer
                     continue
-                if cache is not None:
-                    cache.put(keys[i], answer)
+                key = keys[i]
+                if put is not None:
+                    put(key, answer)
                 if answer is None:
                     stats.misses += 1
-                    out[i] = []
+                    value: Any = []
+                elif plain:
+                    value = [answer]
                 else:
-                    out[i] = self._mapped(answer, keys[i])
-                if mapped is not None and not isinstance(out[i], BaseException):
-                    mapped[keys[i]] = out[i]
+                    value = self._mapped(answer, key)
+                out[i] = value
+                if mapped is not None and type(value) is list:
+                    mapped[key] = value
 
         step = chunk if self.batching else max(1, chunk // concurrency)
         await asyncio.gather(*(fetch(todo[i : i + step]) for i in range(0, len(todo), step)))
