@@ -33,6 +33,7 @@ from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.push import PushDriver
 from keyed_async_wait.spark_worker import ResultSchemaError, worker_loop
 
+from .declared import DECLARED_KINDS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, decide, describe_input
 from .runtime import log, source_adapter, task_conf
@@ -61,6 +62,7 @@ class LookupAnalysis(_AnalyzeResult):  # type: ignore[misc,valid-type]
     """Spark's AnalyzeResult plus what each instance needs (Spark hands it to ``__init__``)."""
 
     source: str = ""
+    declared: LookupSource | None = None  # a source declared in the SQL call itself
     shape: InputShape | None = None
     columns: tuple[str, ...] = ()
     join: str = "left"
@@ -97,6 +99,7 @@ def analyze(
     change_column: Any = None,
     buckets: Any = None,
     join: Any = None,
+    declared: Mapping[str, Any] | None = None,
 ) -> LookupAnalysis:
     """Check the call and derive the output schema and partitioning (runs at analysis time,
     so every error here comes before any lookup)."""
@@ -106,9 +109,19 @@ def analyze(
     if table is None or not table.isTable:
         raise ConfigError("async_lookup first argument", None, "a table: async_lookup(TABLE(t), 'source')")
     name = _constant("source", source)
-    if name not in sources:
-        raise UnknownSourceError("source", name, ", ".join(sorted(sources)) or "(none registered)")
-    lookup = sources[name]
+    spec = {k: _constant(k, v) for k, v in (declared or {}).items() if v is not None}
+    inline: LookupSource | None = None
+    if name in sources and not spec:
+        lookup = sources[name]
+    elif name in DECLARED_KINDS and name not in sources:
+        inline = lookup = declared_source(name, spec)
+    elif spec:
+        raise ConfigError(
+            next(iter(spec)), "(given)", f"only with a source declared in SQL: {', '.join(DECLARED_KINDS)}"
+        )
+    else:
+        known = sorted(sources) + [f"'{k}' with url => ..." for k in DECLARED_KINDS]
+        raise UnknownSourceError("source", name, ", ".join(known))
     input_schema: StructType = table.dataType
     columns = tuple(input_schema.fieldNames())
     shape = describe_input(
@@ -150,6 +163,7 @@ def analyze(
         partitionBy=partition_by,
         orderBy=order_columns,
         source=name,
+        declared=inline,
         shape=shape,
         columns=columns,
         join=mode,
@@ -160,7 +174,7 @@ class TableCall:
     """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
 
     def __init__(self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any) -> None:
-        self.source = sources[analysis.source]
+        self.source = analysis.declared or sources[analysis.source]
         assert analysis.shape is not None
         self.shape = analysis.shape
         self.columns = analysis.columns
@@ -251,8 +265,14 @@ def table_function_class(sources: Mapping[str, LookupSource], decisions: Any) ->
             change_column: Any = None,
             buckets: Any = None,
             join: Any = None,
+            url: Any = None,
+            key: Any = None,
+            fields: Any = None,
+            batch_url: Any = None,
+            method: Any = None,
         ) -> LookupAnalysis:
-            return analyze(bound, table, source, upsert_key, order_by, change_column, buckets, join)
+            declared = {"url": url, "key": key, "fields": fields, "batch_url": batch_url, "method": method}
+            return analyze(bound, table, source, upsert_key, order_by, change_column, buckets, join, declared)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
             self._call = TableCall(bound, analyze_result, decisions)

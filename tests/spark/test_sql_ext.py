@@ -259,7 +259,20 @@ def test_a_bad_setting_fails_before_any_lookup(
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        ("async_lookup(TABLE(orders), 'nope')", "source='nope' is not allowed; allowed: users"),
+        (
+            "async_lookup(TABLE(orders), 'nope')",
+            "source='nope' is not allowed; allowed: users, 'http' with url",
+        ),
+        ("async_lookup(TABLE(orders), 'redis', url => 'redis://x', fields => 'p double')", "needs key =>"),
+        (
+            "async_lookup(TABLE(orders), 'http', url => 'http://x/{user_id}', fields => 'n text')",
+            "fields='n text'",
+        ),
+        (
+            "async_lookup(TABLE(orders), 'redis', url => 'redis://x', key => 'k', fields => 'p double', method => 'GET')",
+            "method='GET'",
+        ),
+        ("async_lookup(TABLE(orders), 'users', url => 'http://x')", "only with a source declared in SQL"),
         ("async_lookup(TABLE(orders), 'users', upsert_key => 'order')", "missing: order"),
         ("async_lookup(TABLE(orders), 'users', order_by => 'seq')", "only with an update stream"),
         ("async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', buckets => 0)", "buckets=0"),
@@ -290,3 +303,38 @@ def test_registering_a_source_checks_its_name_inputs_and_schema(spark: Any, serv
             return None
 
         ext.register("plain", plain, output_schema="x string")
+
+
+def test_sources_declared_in_sql_itself(
+    spark: Any, sql: Any, service: Any, redis_url: str, orders: Any
+) -> None:
+    import redis
+
+    url, state = service
+    client = redis.Redis.from_url(redis_url)
+    for user in range(40):
+        client.set(f"sqlscore:{user}", json.dumps({"score": user / 2, "meta": {"level": user % 4}}))
+    client.close()
+    sql_ext.install(spark)
+    sql(f"SET `{P}output-mode`=ALLOW_UNORDERED")
+    sql(f"SET `{P}key-ordered-enabled`=true")
+    http = sql(
+        f"""SELECT * FROM async_lookup(TABLE(orders), 'http',
+                upsert_key => 'order_id', order_by => 'seq',
+                url => '{url}/users/{{user_id}}', batch_url => '{url}/users/batch', key => '{{user_id}}',
+                fields => 'name string, tier string, city string address.city')"""
+    ).collect()
+    assert len(http) == 300
+    for row in http:
+        if row.user_id is None:
+            assert row.name is None
+        else:
+            assert (row.name, row.city) == (f"user-{row.user_id}", f"city-{row.user_id % 50}")
+    assert state.requests < 300  # batch calls
+    scores = sql(
+        f"""SELECT seq, user_id, score, level FROM async_lookup(TABLE(orders), 'redis',
+                url => '{redis_url}', key => 'sqlscore:{{user_id}}', fields => 'score double, level int meta.level',
+                join => 'inner')"""
+    ).collect()
+    assert len(scores) == sum(1 for r in http if r.user_id is not None)
+    assert all(r.score == r.user_id / 2 and r.level == r.user_id % 4 for r in scores)

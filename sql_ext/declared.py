@@ -1,0 +1,94 @@
+"""Lookup sources declared in the SQL itself, for the table function:
+
+    SELECT * FROM async_lookup(TABLE(orders), 'http',
+                               url => 'http://svc/users/{user_id}', fields => 'name string, tier string')
+    SELECT * FROM async_lookup(TABLE(lines), 'redis',
+                               url => 'redis://cache:6379/0', key => 'price:{sku}', fields => 'price double')
+
+``'http'`` takes ``url`` (a template), optionally ``batch_url`` and ``key`` (a batch endpoint:
+a POST of the keys) and ``method``; ``'redis'`` takes ``url`` and ``key`` (a template; GET of a
+JSON value). ``fields`` lists the result columns as ``name type [path]`` (types: string, int,
+bigint, long, double, float, boolean; the path is dotted, into the JSON answer). Secrets are
+not accepted in SQL text (it ends up in plans and logs): register such a source in Python.
+
+The spec becomes the source while Spark analyzes the query, so a bad one fails before any
+lookup; its token is derived from the spec, so each worker process keeps one instance of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from keyed_async_wait.exceptions import ConfigError
+
+from .sources import LookupSource
+
+__all__ = ["DECLARED_KINDS", "declared_source"]
+
+DECLARED_KINDS = ("http", "redis")
+_OPTIONS = {"http": ("url", "batch_url", "key", "method", "fields"), "redis": ("url", "key", "fields")}
+_FIELD_TYPES = {
+    "string": "string",
+    "int": "int",
+    "bigint": "int",
+    "long": "int",
+    "double": "float",
+    "float": "float",
+    "boolean": "bool",
+    "bool": "bool",
+}
+
+
+def _fields(text: Any) -> list[tuple[str, str, str | None]]:
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("fields", text, "result columns as 'name type [path], ...', e.g. 'name string'")
+    out = []
+    for part in text.split(","):
+        words = part.split()
+        if len(words) not in (2, 3) or words[1].lower() not in _FIELD_TYPES:
+            raise ConfigError(
+                "fields", part.strip(), f"'name type [path]' with a type of {', '.join(sorted(_FIELD_TYPES))}"
+            )
+        out.append((words[0], _FIELD_TYPES[words[1].lower()], words[2] if len(words) == 3 else None))
+    return out
+
+
+def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
+    """The source a SQL call declares; ConfigError naming the argument on anything wrong."""
+    from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
+    from lookup import Field, HttpLookup, RedisLookup
+
+    given = {name: value for name, value in options.items() if value is not None}
+    unknown = sorted(set(given) - set(_OPTIONS[kind]))
+    if unknown:
+        raise ConfigError(
+            unknown[0], given[unknown[0]], f"for a '{kind}' source: {', '.join(_OPTIONS[kind])}"
+        )
+    for required in ("url", "fields") + (("key",) if kind == "redis" else ()):
+        if required not in given:
+            raise ConfigError(required, None, f"a '{kind}' source declared in SQL needs {required} => '...'")
+    fields = _fields(given["fields"])
+    declared = [Field(name, kind_, path) for name, kind_, path in fields]
+    spark_types = {"string": StringType(), "int": LongType(), "float": DoubleType(), "bool": BooleanType()}
+    schema = StructType([StructField(name, spark_types[kind_], True) for name, kind_, _ in fields])
+    try:
+        if kind == "http":
+            lookup: Any = HttpLookup(
+                given["url"],
+                method=given.get("method", "GET"),
+                batch_url=given.get("batch_url"),
+                key=given.get("key"),
+                fields=declared,
+            )
+        else:
+            lookup = RedisLookup(given["url"], given["key"], fields=declared)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"'{kind}' source", dict(given), str(exc)) from exc
+    spec = repr(sorted((k, str(v)) for k, v in given.items()))
+    token = "sql:" + hashlib.blake2b(f"{kind}{spec}".encode(), digest_size=12).hexdigest()
+    inputs = tuple(lookup.input_fields())
+    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+    return LookupSource(kind, lookup, inputs, ddl, tuple(schema.fieldNames()), schema, token)
