@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
+import pyarrow as pa
 import redis
 import redis.asyncio as aioredis
 
@@ -42,6 +43,11 @@ def timed(n: int, body: Callable[[], Awaitable[int]]) -> float:
     gc.unfreeze()
     assert count == n, (count, n)
     return n / elapsed
+
+
+def median_timed(n: int, body: Callable[[], Awaitable[int]], runs: int = 3) -> float:
+    """The median of ``runs`` timings: the batched Redis rows vary by +-15% run to run."""
+    return sorted(timed(n, body) for _ in range(runs))[runs // 2]
 
 
 def row(label: str, rate: float, base: float | None = None) -> None:
@@ -70,6 +76,10 @@ def bench_redis(url: str, n: int) -> None:
     pipe.execute()
     keys = [f"item:{i}" for i in range(n)]
     records = [{"id": i} for i in range(n)]
+    id_batches = [  # the columnar path's input, built before timing like the others'
+        pa.RecordBatch.from_arrays([pa.array(range(i, min(n, i + 10_000)))], ["id"])
+        for i in range(0, n, 10_000)
+    ]
     print(f"\nRedis, {n:,} lookups of distinct keys ({url})")
 
     async def hand_get() -> int:
@@ -101,31 +111,29 @@ def bench_redis(url: str, n: int) -> None:
         n, lambda: through_operator(RedisLookup(url, "item:{id}"), records, capacity=100, batch_size=None)
     )
     row("RedisLookup: GET per record, capacity 100", rate, base)
-    base = timed(n, hand_mget)
-    row("hand-written: MGET of 500 keys", base)
-    rate = timed(
+    base = median_timed(n, hand_mget)
+    row("hand-written: MGET of 500 keys (median of 3)", base)
+    rate = median_timed(
         n, lambda: through_operator(RedisLookup(url, "item:{id}"), records, capacity=500, batch_size=500)
     )
     row("RedisLookup: MGET batches of 500, capacity 500", rate, base)
-    rate = timed(
+    rate = median_timed(
         n, lambda: through_operator(RedisLookup(url, "item:{id}"), records, capacity=5000, batch_size=500)
     )
     row("RedisLookup: MGET batches of 500, capacity 5000", rate, base)
-    rate = timed(n, lambda: columnar(RedisLookup(url, "item:{id}"), n, chunk=500, concurrency=1))
+    rate = median_timed(
+        n, lambda: columnar(RedisLookup(url, "item:{id}"), id_batches, chunk=500, concurrency=1)
+    )
     row("RedisLookup columnar (backlog path): MGET of 500, 1 at a time", rate, base)
-    rate = timed(n, lambda: columnar(RedisLookup(url, "item:{id}"), n, chunk=500, concurrency=8))
+    rate = median_timed(
+        n, lambda: columnar(RedisLookup(url, "item:{id}"), id_batches, chunk=500, concurrency=8)
+    )
     row("RedisLookup columnar (backlog path): MGET of 500, 8 at a time", rate, base)
     client.close()
 
 
-async def columnar(lookup: Any, n: int, chunk: int, concurrency: int) -> int:
+async def columnar(lookup: Any, batches: list[Any], chunk: int, concurrency: int) -> int:
     """The backlog gear's columnar path: Arrow batches of ids in, result lists per key out."""
-    import pyarrow as pa
-
-    batches = [
-        pa.RecordBatch.from_arrays([pa.array(range(i, min(n, i + 10_000)))], ["id"])
-        for i in range(0, n, 10_000)
-    ]
     done = 0
     try:
         for batch in batches:

@@ -376,6 +376,16 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             if not isinstance(answers, list):
                 answers = [answers] * len(part)
             put = cache.put if cache is not None else None
+            if plain and put is None and mapped is None:  # nothing to keep or map: one pass
+                misses = 0
+                for i, answer in zip(part, answers, strict=True):
+                    if answer is None:
+                        misses += 1
+                        out[i] = []
+                    else:
+                        out[i] = answer if isinstance(answer, BaseException) else [answer]
+                stats.misses += misses
+                return
             for i, answer in zip(part, answers, strict=True):
                 if isinstance(answer, BaseException):
                     out[i] = answer
