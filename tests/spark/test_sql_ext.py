@@ -269,7 +269,8 @@ def test_a_bad_setting_fails_before_any_lookup(
             "fields='n text'",
         ),
         (
-            "async_lookup(TABLE(orders), 'redis', url => 'redis://x', key => 'k', fields => 'p double', method => 'GET')",
+            "async_lookup(TABLE(orders), 'redis', url => 'redis://x', key => 'k', fields => 'p double', "
+            "method => 'GET')",
             "method='GET'",
         ),
         ("async_lookup(TABLE(orders), 'users', url => 'http://x')", "only with a source declared in SQL"),
@@ -333,8 +334,8 @@ def test_sources_declared_in_sql_itself(
     assert state.requests < 300  # batch calls
     scores = sql(
         f"""SELECT seq, user_id, score, level FROM async_lookup(TABLE(orders), 'redis',
-                url => '{redis_url}', key => 'sqlscore:{{user_id}}', fields => 'score double, level int meta.level',
-                join => 'inner')"""
+                url => '{redis_url}', key => 'sqlscore:{{user_id}}',
+                fields => 'score double, level int meta.level', join => 'inner')"""
     ).collect()
     assert len(scores) == sum(1 for r in http if r.user_id is not None)
     assert all(r.score == r.user_id / 2 and r.level == r.user_id % 4 for r in scores)
