@@ -137,3 +137,35 @@ def test_a_row_without_a_lookup_key_fails_with_its_field_named_in_backlog_too(
     df = spark.createDataFrame([(1, 1, 1), (2, 2, None)], SCHEMA)
     with pytest.raises(Exception, match="user_id"):
         AsyncDataStream.key_ordered_wait(df, batch_users(url), key="order_id", backlog=True).collect()
+
+
+def test_a_micro_batch_whose_event_time_lags_runs_in_the_backlog_gear(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    url, _ = service
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(folder / "old.json", "w") as f:
+        for seq in range(20):  # a few rows, but from an hour ago: the source is behind
+            f.write(json.dumps({"seq": seq, "order_id": seq % 5, "user_id": seq, "ts": 1.0e9 + seq}) + "\n")
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(
+        spark.readStream.schema(SCHEMA + ", ts double").json(str(folder)),
+        batch_users(url),
+        key="order_id",
+        order_by="seq",
+        num_partitions=2,
+        backlog=BacklogPolicy(threshold_rows=10_000, max_lag=60),
+        event_time="ts",
+        metrics=metrics,
+    )
+    query = (
+        out.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    m = metrics.value
+    assert m["records"] == 20 and m["backlog_tasks"] >= 1
