@@ -9,6 +9,7 @@ order, and every row of a key in this one partition (the driver repartitions by 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from .operator import KeyedAsyncWaitOperator
 from .parking import DeferPolicy, ParkedItem, ParkInfo
-from .spark_worker import Plan, _operator, _report, _to_arrow, instance_of, lookup_counts, worker_loop
+from .spark_worker import Plan, _operator, _report, _to_arrow, drive, instance_of, lookup_counts, worker_loop
 
 __all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition"]
 
@@ -103,18 +104,14 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     rows_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}
     try:
-        while True:
-            try:
-                chunk = loop.run_until_complete(outputs.__anext__())
-            except StopAsyncIteration:
-                break
-            batch = _to_arrow(plan, chunk)
-            rows_out += batch.num_rows
-            yield batch
+        with contextlib.closing(drive(loop, outputs)) as produced:
+            for chunk in produced:
+                batch = _to_arrow(plan, chunk)
+                rows_out += batch.num_rows
+                yield batch
     finally:
         if cap is not None:
             cap.cancel()
-        loop.run_until_complete(outputs.aclose())
         _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
     left = op.leftover
     base = _partition_id() << 32

@@ -13,7 +13,7 @@ import atexit
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -29,6 +29,7 @@ from .spark_columnar import ColumnarRun, supports_columnar
 __all__ = [
     "Plan",
     "ResultSchemaError",
+    "drive",
     "instance_of",
     "lookup_counts",
     "run_partition",
@@ -154,6 +155,19 @@ def shared(adapter: FunctionAdapter) -> FunctionAdapter:
         fallback=adapter.fallback,
         eager=adapter.eager,
     )
+
+
+def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any], None, None]:
+    """The chunks of an operator's ``process_batches``, the caller's thread driving ``loop``.
+    Close it (``contextlib.closing``) to close the operator's run in the loop, also early."""
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(outputs.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(outputs.aclose())
 
 
 def _operator(plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None) -> KeyedAsyncWaitOperator:
@@ -285,23 +299,18 @@ def _run_task(
     started: float,
     gear: Gear | None,
 ) -> Iterator[Any]:
-    outputs = op.process_batches(chunks)
     rows_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}
     try:
-        while True:
-            try:
-                chunk = loop.run_until_complete(outputs.__anext__())
-            except StopAsyncIteration:
-                break
-            gauges = op.stats  # sampled once per output chunk
-            peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
-            peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
-            batch = _to_arrow(plan, chunk)
-            rows_out += batch.num_rows
-            yield batch
+        with contextlib.closing(drive(loop, op.process_batches(chunks))) as produced:
+            for chunk in produced:
+                gauges = op.stats  # sampled once per output chunk
+                peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
+                peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
+                batch = _to_arrow(plan, chunk)
+                rows_out += batch.num_rows
+                yield batch
     finally:
-        loop.run_until_complete(outputs.aclose())
         _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks, gear)
 
 

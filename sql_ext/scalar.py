@@ -8,13 +8,14 @@ Records of later Arrow batches start while earlier ones are in flight.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 from keyed_async_wait.elements import OutputMode
 from keyed_async_wait.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
-from keyed_async_wait.spark_worker import ResultSchemaError, worker_loop
+from keyed_async_wait.spark_worker import ResultSchemaError, drive, worker_loop
 
 from .runtime import log, source_adapter, task_conf
 from .sources import LookupSource
@@ -67,20 +68,13 @@ def _lookup_batches(source: LookupSource, arrow_type: Any, batches: Iterator[Any
         output="pairs",
     )
     log.info("%s(): ORDERED (the scalar form returns results in input order)", source.name)
-    outputs = op.process_batches(_records(source, batches))
-    try:
-        while True:
-            try:
-                chunk = loop.run_until_complete(outputs.__anext__())
-            except StopAsyncIteration:
-                break
+    with contextlib.closing(drive(loop, op.process_batches(_records(source, batches)))) as produced:
+        for chunk in produced:
             values = [results[0] if results else None for _, results in chunk]
             try:
                 yield pa.array(values, type=arrow_type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
                 raise _explain(source, chunk, arrow_type, exc) from exc
-    finally:
-        loop.run_until_complete(outputs.aclose())
 
 
 def _explain(source: LookupSource, chunk: list[Any], arrow_type: Any, exc: Exception) -> ResultSchemaError:

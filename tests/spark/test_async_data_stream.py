@@ -15,6 +15,8 @@ import pytest
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, split_errors
 from lookup import Field, HttpLookup, RedisLookup
 
+from .calls import overlaps_and_disorder
+
 pytestmark = pytest.mark.spark
 
 SCHEMA = "seq long, order_id long, user_id long"
@@ -32,24 +34,6 @@ def user_lookup(url: str, **kw: Any) -> HttpLookup:
         fields=[Field("name"), Field("tier")],
         **kw,
     )
-
-
-def per_key_calls(calls: list[Any]) -> dict[str, list[tuple[float, float, int]]]:
-    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for _, start, end, query in calls:
-        spans[query["order"]].append((start, end, int(query["seq"])))
-    for key in spans:
-        spans[key].sort()
-    return spans
-
-
-def overlaps_and_disorder(calls: list[Any]) -> tuple[int, int]:
-    overlapping = disordered = 0
-    for spans in per_key_calls(calls).values():
-        for a, b in itertools.pairwise(spans):
-            overlapping += b[0] < a[1]
-            disordered += b[2] < a[2]
-    return overlapping, disordered
 
 
 def test_key_ordered_wait_never_overlaps_a_key_and_keeps_its_order(spark: Any, service: Any) -> None:

@@ -18,6 +18,18 @@ pytestmark = pytest.mark.spark
 SCHEMA = "seq long, order_id long, user_id long"
 
 
+def drain(out: Any, tmp_path: Path) -> None:
+    """Write what the file source holds now to parquet (availableNow), from the checkpoint on."""
+    query = (
+        out.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+
+
 def batch_users(url: str) -> HttpLookup:
     return HttpLookup(
         url + "/users/{user_id}", batch_url=url + "/users/batch", key="{user_id}", fields=[Field("name")]
@@ -73,26 +85,12 @@ def test_a_small_micro_batch_runs_caught_up_and_a_large_one_in_backlog(
         backlog=BacklogPolicy(threshold_rows=50),
         metrics=metrics,
     )
-    query = (
-        out.writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(120)
+    drain(out, tmp_path)
     assert (metrics.value["backlog_tasks"], metrics.value["caught_up_tasks"]) == (0, 2)
     with open(folder / "large.json", "w") as f:
         for seq in range(20, 220):
             f.write(json.dumps({"seq": seq, "order_id": seq % 5, "user_id": seq}) + "\n")
-    query = (
-        out.writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(120)
+    drain(out, tmp_path)
     assert metrics.value["backlog_tasks"] == 2  # both partitions of the large micro-batch
     written = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(r.seq for r in written) == list(range(220))
@@ -159,13 +157,6 @@ def test_a_micro_batch_whose_event_time_lags_runs_in_the_backlog_gear(
         event_time="ts",
         metrics=metrics,
     )
-    query = (
-        out.writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(120)
+    drain(out, tmp_path)
     m = metrics.value
     assert m["records"] == 20 and m["backlog_tasks"] >= 1

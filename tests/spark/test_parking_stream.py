@@ -24,6 +24,8 @@ from keyed_async_wait.parking import DeferPolicy
 from keyed_async_wait.spark_state import ParkedState
 from lookup import Field, HttpLookup
 
+from .calls import per_key_calls
+
 pytestmark = pytest.mark.spark
 
 SCHEMA = "seq long, order_id long, user_id long"
@@ -45,15 +47,11 @@ def logged_users(url: str) -> HttpLookup:
 
 def calls_keep_key_order(calls: list[Any]) -> bool:
     """Per order id, calls never overlap and start in seq order (retries of one seq allowed)."""
-    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for _, start, end, query in calls:
-        spans[query["order"]].append((start, end, int(query["seq"])))
-    for key_spans in spans.values():
-        key_spans.sort()
-        for a, b in itertools.pairwise(key_spans):
-            if b[0] < a[1] or b[2] < a[2]:
-                return False
-    return True
+    return all(
+        b[0] >= a[1] and b[2] >= a[2]
+        for spans in per_key_calls(calls).values()
+        for a, b in itertools.pairwise(spans)
+    )
 
 
 class Sink:

@@ -14,6 +14,8 @@ import sql_ext
 from keyed_async_wait.config import ALL_KEYS
 from lookup import Field, HttpLookup, RedisLookup
 
+from .calls import overlaps_and_disorder
+
 pytestmark = pytest.mark.spark
 
 P = "spark.sql.exec.async-lookup."
@@ -96,24 +98,6 @@ def test_scalar_form_over_redis_and_a_miss(spark: Any, sql: Any, redis_url: str)
 # ---------------------------------------------------------------------- the truth table
 
 
-def _calls_per_key(calls: list[Any]) -> dict[str, list[tuple[float, float, int]]]:
-    spans: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-    for _, start, end, query in calls:
-        spans[query["order"]].append((start, end, int(query["seq"])))
-    for key in spans:
-        spans[key].sort()
-    return spans
-
-
-def _overlaps_and_disorder(calls: list[Any]) -> tuple[int, int]:
-    overlapping = disordered = 0
-    for spans in _calls_per_key(calls).values():
-        for a, b in itertools.pairwise(spans):
-            overlapping += b[0] < a[1]
-            disordered += b[2] < a[2]
-    return overlapping, disordered
-
-
 def _output_in_input_order(rows: list[Any], group: str) -> bool:
     """Whether the output rows of each group (an instance of the function) keep seq order."""
     seqs: dict[Any, list[int]] = defaultdict(list)
@@ -158,7 +142,7 @@ def test_truth_table_row_by_row(
     assert decisions and all(text.startswith(f"users: {expected}") for text in decisions), decisions
     explained = ext.explain("updates", upsert_key="order_id" if update else None)
     assert explained.mode.name == expected
-    overlaps, disorder = _overlaps_and_disorder(state.calls)
+    overlaps, disorder = overlaps_and_disorder(state.calls)
     assert len(state.calls) == 300
     if expected == "KEY_ORDERED":
         assert (overlaps, disorder) == (0, 0)  # one at a time per key, in arrival order
