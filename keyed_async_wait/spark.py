@@ -253,7 +253,8 @@ def _key_ordered_stream(
     sort_by = _order_columns(df, order_by)
     if on_error != "fail" and error_column is None:
         error_column = "_error"  # failed (or too long deferred) rows come out with their cause
-    parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age))
+    counts = df.sparkSession.sparkContext.accumulator([0, 0], _ListAdd())
+    parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age), counts=counts)
     token = new_token()
     key_arg: Any = columns[0] if len(columns) == 1 else columns
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
@@ -282,6 +283,7 @@ def _key_ordered_stream(
         num_partitions=num_partitions,
         heartbeat=heartbeat,
         keep_versions=keep_versions,
+        counts=counts,
     )
 
 

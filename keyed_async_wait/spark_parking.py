@@ -39,6 +39,7 @@ class ParkingPlan:
     time_cap: float | None  # seconds a task may start work for; None: no cap
     defer: DeferPolicy | None  # with on_error="defer"
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
+    counts: Any = None  # an accumulator of [new rows, replayed rows], for the batch reports
 
 
 def _split(iterator: Iterator[Any]) -> tuple[list[ParkedItem] | list[dict[str, Any]], list[dict[str, Any]]]:
@@ -92,6 +93,8 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
         op.defer_policy = parking.defer
     started = time.monotonic()
     rows, new = _split(iterator)
+    if parking.counts is not None:
+        parking.counts.add([len(new), len(rows)])
     key_of = op.key_selector
     assert key_of is not None
     op.replay_parked([_parked_item(row, key_of) for row in rows])  # type: ignore[arg-type]

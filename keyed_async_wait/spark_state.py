@@ -141,6 +141,7 @@ class KeyedStream:
         num_partitions: int | None,
         heartbeat: float | None,
         keep_versions: int,
+        counts: Any = None,
     ) -> None:
         self._spark = df.sparkSession
         self._build = build
@@ -154,6 +155,7 @@ class KeyedStream:
         self.state = ParkedState(self._spark, self._checkpoint + "/async_state", keep_versions)
         self._source = _with_heartbeat(df, heartbeat) if heartbeat else df
         self._heartbeat = heartbeat is not None
+        self._counts = counts  # accumulator: [new rows, replayed rows] read by the tasks
         self.reports: list[BatchReport] = []
         self._changed = threading.Condition()
 
@@ -189,6 +191,7 @@ class KeyedStream:
         both = both.repartition(n, *self._key_columns).sortWithinPartitions(
             origin, F.col(STATE_COLUMN + ".order"), *self._order_by
         )
+        before = list(self._counts.value) if self._counts is not None else [0, 0]
         enriched = self._build(both).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             finished = enriched.where(F.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
@@ -200,8 +203,8 @@ class KeyedStream:
             ).first()
             assert counts is not None
             self.state.write(batch_id, left, empty=counts["parked"] == 0)
-            rows_in = new.count()
-            replayed = parked.count() if parked is not None else 0
+            after = list(self._counts.value) if self._counts is not None else [0, 0]
+            rows_in, replayed = after[0] - before[0], after[1] - before[1]
         finally:
             enriched.unpersist()
         report = BatchReport(
