@@ -109,7 +109,9 @@ def test_the_columnar_backlog_path_hands_failures_to_the_record_path(spark: Any,
     from keyed_async_wait import RetryStrategy
 
     url, state = service
-    state.fail(503, count=2)  # the first two batch calls fail: the record path retries them
+    # each task's one columnar call fails (2 of the 4), so the record path takes over, and the
+    # other 2 failures land on its calls, which it retries
+    state.fail(503, count=4)
     rows = [(seq, seq % 50, seq % 40) for seq in range(400)]
     df = spark.createDataFrame(rows, SCHEMA)
     metrics = AsyncWaitMetrics(spark)
