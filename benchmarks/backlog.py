@@ -38,6 +38,7 @@ from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process
+from spark_throughput import local_spark
 
 LOOKUP_KEYS = 10_000
 UPDATES_PER_ORDER = 5
@@ -138,16 +139,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="100,000 rows")
     args = parser.parse_args()
     n = 100_000 if args.quick else args.rows
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     fields = [Field("name"), Field("tier")]
     with service_process(0.02) as url:
         batch = {

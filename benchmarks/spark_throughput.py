@@ -54,6 +54,21 @@ SQL_SETTINGS = {  # the same options as the DataFrame jobs, as SQL settings
 }
 
 
+def local_spark() -> SparkSession:
+    """The benchmarks' session: local[2], two shuffle partitions, no adaptive coalescing."""
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def rows_per_second(build: Callable[[], DataFrame], n: int) -> float:
     start = time.perf_counter()
     build().write.format("noop").mode("overwrite").save()
@@ -127,16 +142,7 @@ def main() -> None:
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
     args = parser.parse_args()
     n = 20_000 if args.quick else args.rows
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     results: dict[str, float] = {}
 
     def report(label: str, rate: float, base: str | None = None) -> None:

@@ -26,7 +26,7 @@ from .keys import WHOLE_RECORD, field_names
 from .parking import DeferPolicy
 from .retry import RetryStrategy
 from .spark_parking import STATE_COLUMN, ParkingPlan
-from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, new_token, parking_stage
+from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .spark_worker import LATENCY_BUCKETS, Plan, run_partition
 
 __all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
@@ -255,27 +255,21 @@ def _key_ordered_stream(
         error_column = "_error"  # failed (or too long deferred) rows come out with their cause
     counts = df.sparkSession.sparkContext.accumulator([0, 0], _ListAdd())
     parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age), counts=counts)
-    token = new_token()
     key_arg: Any = columns[0] if len(columns) == 1 else columns
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
 
-    def plan_of(both: DataFrame) -> tuple[Plan, StructType]:
-        plan, out, _ = _make_plan(
-            both,
-            fn,
-            OutputMode.KEY_ORDERED,
-            key=key_arg,
-            error_column=error_column,
-            _passthrough=passthrough,
-            _token=token,
-            **options,
-        )
-        return plan, out
-
-    plan_of(df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)))  # bad options fail now
+    plan, out, _ = _make_plan(  # built once: bad options fail now
+        df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)),
+        fn,
+        OutputMode.KEY_ORDERED,
+        key=key_arg,
+        error_column=error_column,
+        _passthrough=passthrough,
+        **options,
+    )
     return KeyedStream(
         df,
-        parking_stage(plan_of, parking),
+        parking_stage(plan, out, parking),
         key_columns=columns,
         order_by=sort_by,
         sink=sink,
@@ -350,7 +344,6 @@ def _make_plan(
     event_time: str | None = None,
     _sort_in_task: list[str] | None = None,
     _passthrough: Sequence[StructField] = (),
-    _token: str | None = None,
 ) -> tuple[Plan, StructType, StructType]:
     """The task plan, the output schema and the result columns' schema."""
     spark = df.sparkSession
@@ -373,7 +366,7 @@ def _make_plan(
         fields.append(StructField(error_column, ERROR_STRUCT, True))
     out = StructType(fields + list(_passthrough))
     plan = Plan(
-        token=_token or uuid.uuid4().hex,
+        token=uuid.uuid4().hex,
         function=fn,
         mode=mode,
         key=key,

@@ -42,18 +42,22 @@ class ParkingPlan:
     counts: Any = None  # an accumulator of [new rows, replayed rows], for the batch reports
 
 
-def _split(iterator: Iterator[Any]) -> tuple[list[ParkedItem] | list[dict[str, Any]], list[dict[str, Any]]]:
-    parked: list[dict[str, Any]] = []
+def _split(iterator: Iterator[Any]) -> tuple[list[tuple[dict[str, Any], Any]], list[dict[str, Any]]]:
+    """``(parked rows with their state, in their order; new rows)``, the state column taken out."""
+    parked: list[tuple[dict[str, Any], Any]] = []
     new: list[dict[str, Any]] = []
     for batch in iterator:
         for row in batch.to_pylist():
-            (new if row[STATE_COLUMN] is None else parked).append(row)
-    parked.sort(key=lambda row: row[STATE_COLUMN]["order"])
+            state = row.pop(STATE_COLUMN)
+            if state is None:
+                new.append(row)
+            else:
+                parked.append((row, state))
+    parked.sort(key=lambda pair: pair[1]["order"])
     return parked, new
 
 
-def _parked_item(row: dict[str, Any], key_of: Any) -> ParkedItem:
-    state = row.pop(STATE_COLUMN)
+def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> ParkedItem:
     info = ParkInfo(
         state["attempts"] or 0,
         state["deferrals"] or 0,
@@ -87,19 +91,14 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     worker = worker_loop()
     loop = worker.loop
     adapter = worker.function(plan.token, plan.function)
-    op: KeyedAsyncWaitOperator = _operator(plan, adapter)
-    if parking.defer is not None:
-        op.on_error = "defer"
-        op.defer_policy = parking.defer
+    op: KeyedAsyncWaitOperator = _operator(plan, adapter, defer=parking.defer)
     started = time.monotonic()
     rows, new = _split(iterator)
     if parking.counts is not None:
         parking.counts.add([len(new), len(rows)])
     key_of = op.key_selector
     assert key_of is not None
-    op.replay_parked([_parked_item(row, key_of) for row in rows])  # type: ignore[arg-type]
-    for row in new:
-        del row[STATE_COLUMN]
+    op.replay_parked([_parked_item(row, state, key_of) for row, state in rows])
     instance = instance_of(adapter)
     before = lookup_counts(instance)
     cap = loop.call_later(parking.time_cap, op.hold) if parking.time_cap is not None else None

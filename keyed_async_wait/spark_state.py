@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -231,17 +230,9 @@ def _with_heartbeat(df: DataFrame, seconds: float) -> DataFrame:
     return df.withColumn(_TICK, F.lit(False)).unionByName(ticks)
 
 
-def parking_stage(
-    plan_of: Callable[[DataFrame], Any],
-    parking: ParkingPlan,
-) -> Callable[[DataFrame], DataFrame]:
+def parking_stage(plan: Any, schema: StructType, parking: ParkingPlan) -> Callable[[DataFrame], DataFrame]:
     """The mapInArrow stage a :class:`KeyedStream` runs per micro-batch."""
-
-    def build(both: DataFrame) -> DataFrame:
-        plan, schema = plan_of(both)
-        return both.mapInArrow(partial(run_parking_partition, plan, parking), schema)
-
-    return build
+    return lambda both: both.mapInArrow(partial(run_parking_partition, plan, parking), schema)
 
 
 def defer_policy(on_error: str, defer: DeferPolicy | None, max_defer_age: float | None) -> DeferPolicy | None:
@@ -250,16 +241,4 @@ def defer_policy(on_error: str, defer: DeferPolicy | None, max_defer_age: float 
             raise ConfigError("on_error", on_error, "'defer' when defer= or max_defer_age= is given")
         return None
     policy = defer or DeferPolicy()
-    if max_defer_age is not None:
-        policy = DeferPolicy(policy.delay, policy.max_delay, policy.multiplier, max_defer_age, policy.clock)
-    return policy
-
-
-def new_token() -> str:
-    return uuid.uuid4().hex
-
-
-def order_columns(order_by: str | Sequence[str] | None) -> list[str]:
-    if order_by is None:
-        return []
-    return [order_by] if isinstance(order_by, str) else list(order_by)
+    return policy if max_defer_age is None else replace(policy, max_age=max_defer_age)

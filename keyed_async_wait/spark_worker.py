@@ -23,6 +23,7 @@ from .elements import FailedRecord, OutputMode
 from .exceptions import KeyedAsyncWaitError
 from .function import FunctionAdapter, adapt_function
 from .operator import KeyedAsyncWaitOperator
+from .parking import DeferPolicy
 from .retry import RetryStrategy
 from .spark_columnar import ColumnarRun, supports_columnar
 
@@ -170,7 +171,9 @@ def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any],
         loop.run_until_complete(outputs.aclose())
 
 
-def _operator(plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None) -> KeyedAsyncWaitOperator:
+def _operator(
+    plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None, defer: DeferPolicy | None = None
+) -> KeyedAsyncWaitOperator:
     capacity, batch_size = plan.capacity, plan.batch_size
     buffer_timeout: float | None = 0.0
     if gear is not None and gear.name == "backlog":
@@ -185,7 +188,8 @@ def _operator(plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None) ->
         capacity=capacity,
         timeout=plan.timeout,
         retry=plan.retry,
-        on_error="emit" if plan.error_column else "fail",
+        on_error="defer" if defer is not None else "emit" if plan.error_column else "fail",
+        defer=defer,
         output="pairs",
         batch_size=batch_size,
         buffer_timeout=buffer_timeout,

@@ -25,10 +25,11 @@ from keyed_async_wait.exceptions import ConfigError
 
 from .sources import LookupSource
 
-__all__ = ["DECLARED_KINDS", "declared_source"]
+__all__ = ["DECLARED_KINDS", "DECLARED_OPTIONS", "declared_source"]
 
 DECLARED_KINDS = ("http", "redis")
 _OPTIONS = {"http": ("url", "batch_url", "key", "method", "fields"), "redis": ("url", "key", "fields")}
+DECLARED_OPTIONS = ("url", "key", "fields", "batch_url", "method")  # every kind's, in one list
 _FIELD_TYPES = {
     "string": "string",
     "int": "int",

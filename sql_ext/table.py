@@ -33,7 +33,7 @@ from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.push import PushDriver
 from keyed_async_wait.spark_worker import ResultSchemaError, worker_loop
 
-from .declared import DECLARED_KINDS, declared_source
+from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, decide, describe_input
 from .runtime import log, source_adapter, task_conf
@@ -90,26 +90,25 @@ def _order_columns(value: Any, columns: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
+CALL_OPTIONS = ("upsert_key", "order_by", "change_column", "buckets", "join")
+
+
 def analyze(
-    sources: Mapping[str, LookupSource],
-    table: Any,
-    source: Any,
-    upsert_key: Any = None,
-    order_by: Any = None,
-    change_column: Any = None,
-    buckets: Any = None,
-    join: Any = None,
-    declared: Mapping[str, Any] | None = None,
+    sources: Mapping[str, LookupSource], table: Any, source: Any, options: Mapping[str, Any]
 ) -> LookupAnalysis:
     """Check the call and derive the output schema and partitioning (runs at analysis time,
-    so every error here comes before any lookup)."""
+    so every error here comes before any lookup). ``options``: the named arguments."""
     from pyspark.sql.types import StructField, StructType
     from pyspark.sql.udtf import OrderingColumn, PartitioningColumn
 
     if table is None or not table.isTable:
         raise ConfigError("async_lookup first argument", None, "a table: async_lookup(TABLE(t), 'source')")
+    unknown = sorted(set(options) - set(CALL_OPTIONS) - set(DECLARED_OPTIONS))
+    if unknown:
+        raise ConfigError(unknown[0], "(given)", ", ".join((*CALL_OPTIONS, *DECLARED_OPTIONS)))
+    upsert_key, order_by, change_column, buckets, join = (options.get(name) for name in CALL_OPTIONS)
     name = _constant("source", source)
-    spec = {k: _constant(k, v) for k, v in (declared or {}).items() if v is not None}
+    spec = {k: _constant(k, options[k]) for k in DECLARED_OPTIONS if options.get(k) is not None}
     inline: LookupSource | None = None
     if name in sources and not spec:
         lookup = sources[name]
@@ -257,22 +256,8 @@ def table_function_class(sources: Mapping[str, LookupSource], decisions: Any) ->
 
     class AsyncLookup:
         @staticmethod
-        def analyze(
-            table: Any,
-            source: Any,
-            upsert_key: Any = None,
-            order_by: Any = None,
-            change_column: Any = None,
-            buckets: Any = None,
-            join: Any = None,
-            url: Any = None,
-            key: Any = None,
-            fields: Any = None,
-            batch_url: Any = None,
-            method: Any = None,
-        ) -> LookupAnalysis:
-            declared = {"url": url, "key": key, "fields": fields, "batch_url": batch_url, "method": method}
-            return analyze(bound, table, source, upsert_key, order_by, change_column, buckets, join, declared)
+        def analyze(table: Any, source: Any, **options: Any) -> LookupAnalysis:
+            return analyze(bound, table, source, options)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
             self._call = TableCall(bound, analyze_result, decisions)
