@@ -6,15 +6,17 @@ conf (or a task's local properties) and hands them here.
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import ConfigError
+from .exceptions import ConfigError, UnknownSettingError
 from .retry import RetryStrategy, lookup_miss
 
-__all__ = ["PREFIX", "AsyncLookupConfig", "parse_bool", "parse_duration"]
+__all__ = ["ALL_KEYS", "PREFIX", "AsyncLookupConfig", "check_known_keys", "parse_bool", "parse_duration"]
 
 PREFIX = "spark.sql.exec.async-lookup."
 
@@ -75,6 +77,17 @@ def _parse_int(key: str, value: Any, minimum: int = 1) -> int:
     return number
 
 
+def _parse_multiplier(key: str, value: Any) -> float:
+    """A float >= 1, as Flink takes it (``1.5``)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, value, "a number >= 1, e.g. 1.5 or 2") from None
+    if not math.isfinite(number) or number < 1:
+        raise ConfigError(key, value, "a number >= 1, e.g. 1.5 or 2")
+    return number
+
+
 def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     text = str(value).strip().upper().replace("-", "_")
     if text not in allowed:
@@ -104,8 +117,16 @@ class AsyncLookupConfig:
     cache_missing_key: bool = True
 
     @classmethod
-    def from_conf(cls, get: Callable[[str], str | None]) -> AsyncLookupConfig:
-        """Read every known key with ``get(full_key)`` (None when unset); validate each."""
+    def from_conf(
+        cls, get: Callable[[str], str | None], present: Iterable[str] | None = None
+    ) -> AsyncLookupConfig:
+        """Read every known key with ``get(full_key)`` (None when unset); validate each.
+
+        ``present``: every key that is set (or a superset); one under :data:`PREFIX` that is
+        not a known key is an error naming it and the closest known key, never ignored.
+        """
+        if present is not None:
+            check_known_keys(present, get)
         values: dict[str, Any] = {}
         for suffix, (name, parse) in _KEYS.items():
             raw = get(PREFIX + suffix)
@@ -115,7 +136,8 @@ class AsyncLookupConfig:
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any]) -> AsyncLookupConfig:
-        return cls.from_conf(lambda key: conf.get(key))
+        """From a mapping of full keys (unknown keys under :data:`PREFIX` are errors)."""
+        return cls.from_conf(lambda key: conf.get(key), present=conf.keys())
 
     def retry(self) -> RetryStrategy | None:
         """The retry strategy the settings describe (None: no retries)."""
@@ -140,7 +162,7 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "max-attempts": ("max_attempts", _parse_int),
     "initial-delay": ("initial_delay", parse_duration),
     "max-delay": ("max_delay", parse_duration),
-    "backoff-multiplier": ("multiplier", lambda k, v: float(_parse_int(k, v))),
+    "backoff-multiplier": ("multiplier", _parse_multiplier),
     "cache": ("cache", lambda k, v: _choice(k, v, ("NONE", "PARTIAL"))),
     "partial-cache.max-rows": ("cache_max_rows", _parse_int),
     "partial-cache.expire-after-write": ("cache_expire_after_write", parse_duration),
@@ -148,3 +170,14 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "partial-cache.cache-missing-key": ("cache_missing_key", parse_bool),
 }
 ALL_KEYS = tuple(PREFIX + suffix for suffix in _KEYS)
+
+
+def check_known_keys(keys: Iterable[str], get: Callable[[str], Any] = lambda key: None) -> None:
+    """Raise a ConfigError for the first key under :data:`PREFIX` that is not a known setting,
+    naming it, its value and the closest known key."""
+    for key in sorted(keys):
+        if not key.startswith(PREFIX) or key[len(PREFIX) :] in _KEYS:
+            continue
+        close = difflib.get_close_matches(key, ALL_KEYS, n=1, cutoff=0.6)
+        known = f"{PREFIX}{{{', '.join(_KEYS)}}}"
+        raise UnknownSettingError(key, get(key), close[0] if close else None, known)

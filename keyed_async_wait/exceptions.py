@@ -4,6 +4,8 @@
 
     KeyedAsyncWaitError                      base of every error raised here
     ├── ConfigError (ValueError)             a bad operator parameter; names it and the allowed values
+    │   └── UnknownSettingError              a spark.sql.exec.async-lookup.* key that does not exist;
+    │                                        names it and the closest known key
     ├── RecordKeyError (KeyError)            a record's key is missing or None, or has no stable hash
     ├── RecordFailedError                    an action failed for good; names the key and the attempts,
     │   │                                    chained (``__cause__``) to the last exception
@@ -24,6 +26,7 @@ __all__ = [
     "RecordTimeoutError",
     "ResultTypeError",
     "SnapshotError",
+    "UnknownSettingError",
 ]
 
 
@@ -44,6 +47,18 @@ class ConfigError(KeyedAsyncWaitError, ValueError):
         self.value = value
         self.allowed = allowed
         super().__init__(f"{name}={_short(value)} is not allowed; allowed: {allowed}")
+
+
+class UnknownSettingError(ConfigError):
+    """A key in our settings namespace that is no setting (a typo is never silently ignored)."""
+
+    def __init__(self, name: str, value: Any, closest: str | None, known: str) -> None:
+        self.name, self.value, self.closest = name, value, closest
+        self.allowed = known
+        hint = f"; did you mean {closest}" if closest else ""
+        KeyedAsyncWaitError.__init__(
+            self, f"unknown setting {name}={_short(value)}{hint}; known settings: {known}"
+        )
 
 
 class RecordKeyError(KeyedAsyncWaitError, KeyError):

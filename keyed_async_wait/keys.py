@@ -30,6 +30,12 @@ __all__ = [
 
 DEFAULT_MAX_PARALLELISM: Final = 128
 
+NAN: Final = float("nan")
+"""The one NaN every NaN key becomes: NaN != NaN, but Spark groups NaN with NaN, and so do we."""
+
+# key values of these types are used as they are; anything else goes through freeze()
+_PLAIN: Final = frozenset({int, str, bytes, bool})
+
 KeySelector = Callable[[Any], Hashable]
 
 
@@ -54,15 +60,24 @@ WHOLE_RECORD: Final = _WholeRecord()
 
 
 def freeze(value: Any) -> Hashable:
-    """A hashable, order-independent form of a record (dicts, lists and sets nested)."""
+    """A hashable form of a key or record that groups as Spark groups: lists become tuples,
+    dicts (and Rows) order-independent tuples, sets frozensets, every NaN :data:`NAN` and
+    -0.0 becomes 0.0, nested."""
+    kind = type(value)
+    if kind in _PLAIN or value is None:
+        return value
+    if kind is float:
+        if value != value:
+            return NAN
+        return 0.0 if value == 0 else value
+    if hasattr(value, "asDict"):  # a pyspark Row (a tuple), without importing pyspark
+        return freeze(value.asDict(recursive=True))
     if isinstance(value, Mapping):
         return tuple(sorted(((k, freeze(v)) for k, v in value.items()), key=lambda kv: repr(kv[0])))
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
     if isinstance(value, (set, frozenset)):
         return frozenset(freeze(v) for v in value)
-    if hasattr(value, "asDict"):  # pyspark Row, without importing pyspark
-        return freeze(value.asDict(recursive=True))
     return value
 
 
@@ -87,7 +102,7 @@ def _field_selector(field: str) -> KeySelector:
             raise _missing(field, record) from None
         if value is None:
             raise _missing(field, record)
-        return value
+        return value if type(value) in _PLAIN else freeze(value)
 
     select.__name__ = f"key[{field!r}]"
     select.field = field  # type: ignore[attr-defined]
@@ -102,9 +117,9 @@ def keys_of_many(selector: KeySelector, records: list[Any]) -> list[Hashable]:
             keys = [record[field] for record in records]
         except (KeyError, IndexError, TypeError, ValueError):
             keys = None
-        if keys is not None and None not in keys:
+        if keys is not None and None not in keys and _PLAIN.issuperset(set(map(type, keys))):
             return keys
-    return [selector(record) for record in records]  # raises the precise error
+    return [selector(record) for record in records]  # normalizes, or raises the precise error
 
 
 def _fields_selector(fields: tuple[str, ...]) -> KeySelector:
@@ -117,7 +132,7 @@ def _fields_selector(fields: tuple[str, ...]) -> KeySelector:
                 raise _missing(field, record) from None
             if value is None:
                 raise _missing(field, record)
-            values.append(value)
+            values.append(value if type(value) in _PLAIN else freeze(value))
         return tuple(values)
 
     select.__name__ = f"key{list(fields)!r}"
@@ -131,11 +146,7 @@ def _callable_selector(fn: Callable[[Any], Any]) -> KeySelector:
         value = fn(record)
         if value is None:
             raise RecordKeyError(f"key selector {name} returned None for record {_preview(record)}", record)
-        try:
-            hash(value)
-        except TypeError:
-            value = freeze(value)
-        return value
+        return value if type(value) in _PLAIN else freeze(value)
 
     select.__name__ = name
     return select
@@ -167,10 +178,7 @@ def _encode(value: Any, out: list[bytes]) -> None:
     elif isinstance(value, (bool, int)):
         out.append(b"i%d;" % int(value))
     elif isinstance(value, float):
-        if value.is_integer():
-            out.append(b"i%d;" % int(value))
-        else:
-            out.append(b"f" + struct.pack(">d", value))
+        _encode_float(value, out)
     elif isinstance(value, str):
         data = value.encode("utf-8", "surrogatepass")
         out.append(b"s%d:" % len(data))
@@ -191,7 +199,11 @@ def _encode(value: Any, out: list[bytes]) -> None:
             parts.append(b"".join(sub))
         out.append(b"{%d:" % len(parts))
         out.extend(sorted(parts))
-    elif isinstance(value, (decimal.Decimal, _dt.date, _dt.time, _dt.timedelta, uuid.UUID)):
+    elif isinstance(value, decimal.Decimal):
+        _encode_decimal(value, out)
+    elif isinstance(value, (_dt.date, _dt.time, _dt.timedelta, uuid.UUID)):
+        if isinstance(value, _dt.datetime) and value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC)  # equal instants in other zones are equal keys
         data = f"{type(value).__name__}:{value}".encode()
         out.append(b"o%d:" % len(data))
         out.append(data)
@@ -202,6 +214,29 @@ def _encode(value: Any, out: list[bytes]) -> None:
             "or dicts of them",
             value,
         )
+
+
+def _encode_float(value: float, out: list[bytes]) -> None:
+    if value != value:
+        out.append(b"fnan")  # every NaN payload alike
+    elif value.is_integer():
+        out.append(b"i%d;" % int(value))
+    else:
+        out.append(b"f" + struct.pack(">d", value))
+
+
+def _encode_decimal(value: decimal.Decimal, out: list[bytes]) -> None:
+    # Decimal('1.0') == 1 and Decimal('0.5') == 0.5: encode as the int or float it equals
+    if value.is_nan():
+        out.append(b"fnan")
+    elif value == value.to_integral_value():
+        out.append(b"i%d;" % int(value))
+    elif float(value) == value:
+        _encode_float(float(value), out)
+    else:
+        data = str(value.normalize()).encode()
+        out.append(b"d%d:" % len(data))
+        out.append(data)
 
 
 def stable_hash(key: Any) -> int:

@@ -5,26 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from .elements import OutputMode, Watermark
 from .entry import State
 from .exceptions import ConfigError, SnapshotError
 from .function import adapt_function
-from .keys import DEFAULT_MAX_PARALLELISM, key_group_for, make_key_selector
+from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from .latency import LatencyHistogram
 from .parking import PARKED, DeferPolicy, ParkedItem
 from .retry import RetryStrategy
 from .runtime import Runtime
+from .settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
 from .snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
-
-DEFAULT_CAPACITY = 100  # Flink's AsyncDataStream default
-DEFAULT_BATCH_SIZE = 1000  # FLIP-425's execution.async-state.buffer-size
-
-OnError = Literal["fail", "emit", "defer"]
-OnClose = Literal["cancel", "wait"]
-Output = Literal["results", "pairs"]
 
 
 @dataclass(frozen=True)
@@ -50,25 +45,6 @@ class OperatorStats:
     deferred: int = 0  # records parked by the defer policy
     parked_keys: int = 0  # keys whose records are parked
     parked_records: int = 0
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(name, value, "an integer >= 1")
-    return value
-
-
-def _check_seconds(name: str, value: Any, *, allow_zero: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or value < 0 or (value == 0 and not allow_zero) or value != value:
-        raise ConfigError(name, value, "a number of seconds > 0" + (" or 0" if allow_zero else ""))
-    return float(value)
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:
-    if value not in allowed:
-        raise ConfigError(name, value, ", ".join(repr(a) for a in allowed))
-    return value
 
 
 class KeyedAsyncWaitOperator:
@@ -101,8 +77,8 @@ class KeyedAsyncWaitOperator:
     * ``eager_start``: run each action up to its first suspension before making a task (default:
       the function's ``eager_start`` attribute, else False). Only for actions that suspend before
       anything needing ``asyncio.current_task()``; see :attr:`AsyncFunction.eager_start`.
-    * ``track_latency``: keep each record's latency (first attempt to result) in
-      :attr:`latencies`, for percentiles.
+    * ``track_latency``: count each record's latency (first attempt to result) in
+      :attr:`latency`, a fixed-size :class:`LatencyHistogram`, for percentiles.
     """
 
     def __init__(
@@ -124,39 +100,54 @@ class KeyedAsyncWaitOperator:
         track_latency: bool = False,
         defer: DeferPolicy | None = None,
     ) -> None:
+        self._init(
+            function,
+            OperatorSettings(
+                mode=OutputMode.parse(mode),
+                key=key,
+                capacity=capacity,
+                timeout=timeout,
+                retry=retry,
+                on_error=on_error,
+                defer=defer,
+                batch_size=batch_size,
+                buffer_timeout=buffer_timeout,
+                output=output,
+                on_close=on_close,
+                max_parallelism=max_parallelism,
+                eager_start=eager_start,
+                track_latency=track_latency,
+            ),
+        )
+
+    @classmethod
+    def from_settings(cls, function: Any, settings: OperatorSettings) -> KeyedAsyncWaitOperator:
+        """An operator with ``settings`` (already checked, e.g. on a Spark driver)."""
+        op = cls.__new__(cls)
+        op._init(function, settings)
+        return op
+
+    def _init(self, function: Any, settings: OperatorSettings) -> None:
+        self.settings = settings
         self.function = adapt_function(function)
-        if eager_start is not None:
-            self.function.eager = bool(eager_start)
-        self.mode = OutputMode.parse(mode)
-        self.key = key
-        self.key_selector = make_key_selector(key)
-        if self.mode is OutputMode.KEY_ORDERED and self.key_selector is None:
-            raise ConfigError(
-                "key",
-                key,
-                "KEY_ORDERED needs a key: a field name, a list of field names, a callable, or WHOLE_RECORD",
-            )
-        self.capacity = _check_positive_int("capacity", capacity)
-        self.timeout = None if timeout is None else _check_seconds("timeout", timeout, allow_zero=False)
-        if retry is not None and not isinstance(retry, RetryStrategy):
-            raise ConfigError("retry", retry, "a RetryStrategy or None")
-        self.retry = retry
-        self.on_error: OnError = _check_choice("on_error", on_error, ("fail", "emit", "defer"))
-        if self.on_error == "defer" and self.mode is not OutputMode.KEY_ORDERED:
-            allowed = "'fail' or 'emit' ('defer' parks a key: KEY_ORDERED only)"
-            raise ConfigError("on_error", on_error, allowed)
-        if defer is not None and not isinstance(defer, DeferPolicy):
-            raise ConfigError("defer", defer, "a DeferPolicy or None")
-        self.defer_policy = (defer or DeferPolicy()) if self.on_error == "defer" else None
-        self.batch_size = None if batch_size is None else _check_positive_int("batch_size", batch_size)
-        self.buffer_timeout = None
-        if buffer_timeout is not None:
-            self.buffer_timeout = _check_seconds("buffer_timeout", buffer_timeout, allow_zero=True)
-        self.output: Output = _check_choice("output", output, ("results", "pairs"))
-        self.on_close: OnClose = _check_choice("on_close", on_close, ("cancel", "wait"))
-        self.max_parallelism = _check_positive_int("max_parallelism", max_parallelism)
-        self.track_latency = bool(track_latency)
-        self.latencies: list[float] = []  # seconds per record, first attempt to result
+        if settings.eager_start is not None:
+            self.function.eager = settings.eager_start
+        self.mode = settings.mode
+        self.key = settings.key
+        self.key_selector = settings.key_selector()
+        self.capacity = settings.capacity
+        self.timeout = settings.timeout
+        self.retry = settings.retry
+        self.on_error: OnError = settings.on_error
+        self.defer_policy = settings.defer
+        self.batch_size = settings.batch_size
+        self.buffer_timeout = settings.buffer_timeout
+        self.output: Output = settings.output
+        self.on_close: OnClose = settings.on_close
+        self.max_parallelism = settings.max_parallelism
+        self.track_latency = settings.track_latency
+        # seconds per record, first attempt to result, over every run (fixed size)
+        self.latency: LatencyHistogram | None = LatencyHistogram() if settings.track_latency else None
         self._runtime: Runtime | None = None
         self._replay: list[SnapshotRecord | Watermark] = []
         self._last_stats: OperatorStats | None = None

@@ -8,6 +8,7 @@ not a task.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -92,7 +93,8 @@ class RetryStrategy:
         _check_non_negative("jitter", jitter)
         if max_delay < initial_delay:
             raise ConfigError("max_delay", max_delay, f"a number >= initial_delay ({initial_delay})")
-        if multiplier < 1:
+        ok = isinstance(multiplier, (int, float)) and not isinstance(multiplier, bool)
+        if not ok or not math.isfinite(multiplier) or multiplier < 1:
             raise ConfigError("multiplier", multiplier, "a number >= 1")
         wait = tenacity.wait_exponential(
             multiplier=initial_delay, exp_base=multiplier, min=initial_delay, max=max_delay
@@ -165,10 +167,11 @@ class RetryStrategy:
 
 
 def _check_attempts(max_attempts: int) -> None:
-    if not isinstance(max_attempts, int) or max_attempts < 1:
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ConfigError("max_attempts", max_attempts, "an integer >= 1")
 
 
 def _check_non_negative(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or value < 0:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
         raise ConfigError(name, value, "a number of seconds >= 0")

@@ -80,7 +80,7 @@ class Runtime:
         self.buffer = ActiveBuffer(op.batch_size or 1)
         self.buffer_timeout = op.buffer_timeout
         self.replay = replay
-        self.latencies: list[float] | None = op.latencies if op.track_latency else None
+        self.latency = op.latency
         self.failure: BaseException | None = None
         self.source_done = False
         self.closing = False
@@ -609,9 +609,9 @@ class Runtime:
             else:
                 self._on_value(entry, value)
         if done:
-            if self.latencies is not None:
+            if self.latency is not None:
                 now = self.loop.time()
-                self.latencies.extend(now - entry.started for entry in done)
+                self.latency.add_many(now - entry.started for entry in done)
             nxt = self.ctl.finish_many(done, marked=True)
             if nxt:
                 self._dispatch_many(nxt)
@@ -668,8 +668,8 @@ class Runtime:
         if entry.timer is not None:
             self._disarm(entry)
         entry.results = results
-        if self.latencies is not None:
-            self.latencies.append(self.loop.time() - entry.started)
+        if self.latency is not None:
+            self.latency.add(self.loop.time() - entry.started)
         nxt = self.ctl.finish(entry)
         if nxt is not None:
             self._dispatch(nxt)

@@ -19,15 +19,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from .backlog import BacklogPolicy
-from .config import AsyncLookupConfig
+from .config import PREFIX, AsyncLookupConfig
 from .elements import OutputMode
 from .exceptions import ConfigError
 from .keys import WHOLE_RECORD, field_names
+from .latency import LatencyHistogram
 from .parking import DeferPolicy
 from .retry import RetryStrategy
+from .settings import OperatorSettings, check_instance, check_positive_int
 from .spark_parking import STATE_COLUMN, ParkingPlan
 from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
-from .spark_worker import LATENCY_BUCKETS, Plan, run_partition
+from .spark_worker import Plan, run_partition
 
 __all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
 
@@ -59,8 +61,8 @@ class _ListMax(AccumulatorParam):
 class AsyncWaitMetrics:
     """Counters summed over every task, through Spark accumulators (read them on the driver
     after an action): records, rows out, attempts, retries, timeouts, failures, lookups made,
-    cache hits, the peak records in flight and blocked keys of any task, and a latency
-    histogram with percentiles."""
+    cache hits, the peak records in flight and blocked keys of any task, and latency
+    percentiles from a fixed-size histogram (:class:`LatencyHistogram`, within 9%)."""
 
     COUNTERS = (
         "records",
@@ -79,45 +81,35 @@ class AsyncWaitMetrics:
     def __init__(self, spark: SparkSession | SparkContext) -> None:
         sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
         self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
-        self._histogram = sc.accumulator([0] * (len(LATENCY_BUCKETS) + 1), _ListAdd())
+        self._histogram = sc.accumulator([0] * LatencyHistogram.SIZE, _ListAdd())
         self._peaks = sc.accumulator([0] * len(self.PEAKS), _ListMax())
 
-    def add_task(self, *, latencies: Sequence[float], **counts: int) -> None:
+    def add_task(self, *, latency: LatencyHistogram | None = None, **counts: int) -> None:
         self._counters.add([int(counts.get(name, 0)) for name in self.COUNTERS])
-        histogram = [0] * (len(LATENCY_BUCKETS) + 1)
-        for seconds in latencies:
-            histogram[_bucket(seconds)] += 1
-        self._histogram.add(histogram)
+        if latency is not None:
+            self._histogram.add(latency.counts)
         self._peaks.add([int(counts.get(name, 0)) for name in self.PEAKS])
 
     @property
     def value(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(zip(self.COUNTERS, self._counters.value, strict=True))
         out.update(zip(self.PEAKS, self._peaks.value, strict=True))
-        histogram = self._histogram.value
-        total = sum(histogram)
+        histogram = LatencyHistogram(self._histogram.value)
         for p in (50, 95, 99):
-            out[f"latency_p{p}_s"] = _percentile(histogram, total, p)
+            out[f"latency_p{p}_s"] = histogram.percentile(p)
         return out
 
 
-def _bucket(seconds: float) -> int:
-    for i, bound in enumerate(LATENCY_BUCKETS):
-        if seconds <= bound:
-            return i
-    return len(LATENCY_BUCKETS)
+def session_config(spark: SparkSession) -> AsyncLookupConfig:
+    """The session's ``spark.sql.exec.async-lookup.*`` settings, checked (a misspelt key is an
+    error naming the closest known one)."""
+    conf = spark.conf
+    present = {k: v for k, v in conf.getAll.items() if k.startswith(PREFIX)}
+    return AsyncLookupConfig.from_mapping(present)
 
 
-def _percentile(histogram: list[int], total: int, p: int) -> float | None:
-    """The upper bound of the bucket holding the p-th percentile (None without data)."""
-    if not total:
-        return None
-    rank, seen = total * p / 100, 0
-    for i, count in enumerate(histogram):
-        seen += count
-        if seen >= rank:
-            return LATENCY_BUCKETS[i] if i < len(LATENCY_BUCKETS) else float("inf")
-    return float("inf")
+def session_time_zone(spark: SparkSession) -> str:
+    return str(spark.conf.get("spark.sql.session.timeZone"))
 
 
 def _schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
@@ -143,10 +135,22 @@ def _schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
     raise ConfigError("output_schema", schema, "a DDL string or a StructType")
 
 
-def _arrow_schema(schema: StructType) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
+def _arrow_schema(schema: StructType, time_zone: str) -> Any:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
 
-    return to_arrow_schema(schema)
+    fields = []
+    for field in schema.fields:
+        try:
+            kind = to_arrow_type(field.dataType, timezone=time_zone)
+        except Exception as exc:  # pyspark names no column: we do
+            raise ConfigError(
+                f"column {field.name!r}",
+                field.dataType.simpleString(),
+                f"a type Arrow can carry to Python ({type(exc).__name__}: {exc}); cast it first",
+            ) from exc
+        fields.append(pa.field(field.name, kind, nullable=field.nullable))
+    return pa.schema(fields)
 
 
 class AsyncDataStream:
@@ -184,10 +188,9 @@ class AsyncDataStream:
         """
         columns = _key_columns(df, key)
         sort_by = _order_columns(df, order_by) or None
+        check_positive_int("num_partitions", num_partitions, optional=True)
         if not assume_partitioned:
-            spark = df.sparkSession
-            n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-            df = df.repartition(n, *columns)
+            df = df.repartition(_partitions(df.sparkSession, num_partitions), *columns)
         if sort_by and not df.isStreaming:
             df = df.sortWithinPartitions(*sort_by)
             sort_in_task = None
@@ -251,6 +254,8 @@ def _key_ordered_stream(
         raise ConfigError("heartbeat", heartbeat, "seconds >= 1, or None (micro-batches only on new input)")
     columns = _key_columns(df, key)
     sort_by = _order_columns(df, order_by)
+    check_positive_int("num_partitions", num_partitions, optional=True)
+    check_positive_int("keep_versions", keep_versions)
     if on_error != "fail" and error_column is None:
         error_column = "_error"  # failed (or too long deferred) rows come out with their cause
     counts = df.sparkSession.sparkContext.accumulator([0, 0], _ListAdd())
@@ -279,6 +284,13 @@ def _key_ordered_stream(
         keep_versions=keep_versions,
         counts=counts,
     )
+
+
+def _partitions(spark: SparkSession, num_partitions: int | None) -> int:
+    """``num_partitions``, else ``spark.sql.shuffle.partitions``."""
+    if num_partitions is not None:
+        return num_partitions
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
 
 
 def _key_columns(df: DataFrame, key: Any) -> list[str]:
@@ -311,6 +323,8 @@ def _wait(
     observe: str | None = None,
     **options: Any,
 ) -> DataFrame:
+    if observe is not None and (not isinstance(observe, str) or not observe):
+        raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
     plan, out, results = _make_plan(df, fn, mode, **options)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
     if observe is None:
@@ -345,14 +359,25 @@ def _make_plan(
     _sort_in_task: list[str] | None = None,
     _passthrough: Sequence[StructField] = (),
 ) -> tuple[Plan, StructType, StructType]:
-    """The task plan, the output schema and the result columns' schema."""
+    """The task plan, the output schema and the result columns' schema; every option checked
+    here, on the driver, before any job (the tasks only run what passed)."""
     spark = df.sparkSession
-    conf = AsyncLookupConfig.from_conf(lambda k: spark.conf.get(k, None))
+    conf = session_config(spark)
     if join not in ("left", "inner"):
         raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
-    results = _schema_of(spark, output_schema, fn)
+    check_instance("metrics", metrics, AsyncWaitMetrics, "an AsyncWaitMetrics(spark), or None")
+    settings = OperatorSettings(
+        mode=mode,
+        key=key,
+        capacity=capacity if capacity is not None else conf.buffer_capacity,
+        timeout=timeout if timeout is not None else conf.timeout,
+        retry=retry if retry is not None else conf.retry(),
+        batch_size=batch_size,
+    )
     passthrough = [f.name for f in _passthrough]
     columns = [c for c in df.columns if c not in passthrough]
+    _check_inputs(fn, columns)
+    results = _schema_of(spark, output_schema, fn)
     clash = [f.name for f in results.fields if f.name in df.columns]
     if clash:
         raise ConfigError(
@@ -361,33 +386,47 @@ def _make_plan(
     fields = [f for f in df.schema.fields if f.name not in passthrough]
     fields += [StructField(f.name, f.dataType, True) for f in results.fields]
     if error_column is not None:
+        if not isinstance(error_column, str) or not error_column:
+            raise ConfigError("error_column", error_column, "a column name, or None")
         if error_column in df.columns or error_column in results.fieldNames():
             raise ConfigError("error_column", error_column, "a column name not already used")
         fields.append(StructField(error_column, ERROR_STRUCT, True))
+    if event_time is not None and event_time not in df.columns:
+        raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
     out = StructType(fields + list(_passthrough))
+    time_zone = session_time_zone(spark)
     plan = Plan(
         token=uuid.uuid4().hex,
         function=fn,
-        mode=mode,
-        key=key,
-        capacity=capacity if capacity is not None else conf.buffer_capacity,
-        timeout=timeout if timeout is not None else conf.timeout,
-        retry=retry if retry is not None else conf.retry(),
+        settings=settings,
         join=join,
         input_columns=columns,
         result_columns=results.fieldNames(),
-        out_schema=_arrow_schema(out),
+        out_schema=_arrow_schema(out, time_zone),
         error_column=error_column,
+        session_tz=time_zone,
+        passthrough=tuple(passthrough),
         sort_by=_sort_in_task,
-        batch_size=batch_size,
         metrics=metrics,
         backlog=_backlog_policy(backlog),
         bounded=not df.isStreaming,
         event_time=event_time,
     )
-    if event_time is not None and event_time not in df.columns:
-        raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
     return plan, out, results
+
+
+def _check_inputs(fn: Any, columns: Sequence[str]) -> None:
+    """A lookup whose templates name a field the DataFrame lacks fails now, naming it (in a
+    task it would fail every row, or, in SQL's null-key rule, miss every row)."""
+    derive = getattr(fn, "input_fields", None)
+    needed = tuple(derive()) if callable(derive) else ()
+    missing = [name for name in needed if name not in columns]
+    if missing:
+        raise ConfigError(
+            f"{fn!r} input field",
+            missing[0],
+            f"a column of the DataFrame ({', '.join(columns)}); the lookup reads {', '.join(needed)}",
+        )
 
 
 def _backlog_policy(backlog: bool | str | BacklogPolicy | None) -> BacklogPolicy | None:

@@ -20,6 +20,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from .spark_values import ValueMismatch, column_converter
+
 __all__ = ["ColumnarRun", "supports_columnar"]
 
 log = logging.getLogger("keyed_async_wait.spark")
@@ -74,28 +76,37 @@ def _enrich(plan: Any, instance: Any, loop: asyncio.AbstractEventLoop, batch: An
         raise _Fallback(f"a row without a lookup key ({type(exc).__name__})") from exc
     distinct = list(dict.fromkeys(keys))
     fetch = instance.results_for_keys(distinct, CHUNK)
+    timeout = plan.settings.timeout
     try:
-        answers = loop.run_until_complete(asyncio.wait_for(fetch, plan.timeout) if plan.timeout else fetch)
+        answers = loop.run_until_complete(asyncio.wait_for(fetch, timeout) if timeout else fetch)
     except Exception as exc:
         raise _Fallback(f"{type(exc).__name__}: {exc}") from exc
-    by_key = {}
+    found: list[Any] = []
     for key, answer in zip(distinct, answers, strict=True):
         if isinstance(answer, BaseException) or len(answer) > 1:
             raise _Fallback(f"lookup key {key!r}: {answer!r:.100}")
-        by_key[key] = answer[0] if answer else None
-    results = [by_key[key] for key in keys]
-    columns = list(batch.columns)
+        found.append(answer[0] if answer else None)
     allowed = set(plan.result_columns)
-    for result in by_key.values():
-        if result is not None and (not isinstance(result, dict) or not allowed.issuperset(result)):
-            raise _Fallback("a result that is not a dict of the result columns")
+    for result in found:
+        if result is not None and (not isinstance(result, dict) or result.keys() != allowed):
+            raise _Fallback("a result that is not a dict of exactly the result columns")
+    # checked per distinct key, then spread over the rows by position
+    index = {key: i for i, key in enumerate(distinct)}
+    rows = pa.array([index[key] for key in keys], type=pa.int64())
+    missed = [result is None for result in found]
+    columns = [_cast(batch.column(name), plan.out_schema.field(name).type) for name in plan.input_columns]
     try:
         for name in plan.result_columns:
             kind = plan.out_schema.field(name).type
-            columns.append(pa.array([None if r is None else r.get(name) for r in results], type=kind))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+            values = column_converter(kind, plan.session_tz)([None if r is None else r[name] for r in found])
+            columns.append(pa.array(values, type=kind).take(rows))
+    except (ValueMismatch, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
         raise _Fallback(f"results do not fit the schema ({exc})") from exc
     out = pa.RecordBatch.from_arrays(columns, schema=plan.out_schema)
     if plan.join == "inner":
-        out = out.filter(pa.array([r is not None for r in results]))
+        out = out.filter(pa.array([not m for m in missed], type=pa.bool_()).take(rows))
     return out
+
+
+def _cast(column: Any, kind: Any) -> Any:
+    return column if column.type.equals(kind) else column.cast(kind)

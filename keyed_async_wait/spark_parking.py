@@ -18,7 +18,8 @@ from typing import Any
 from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from .operator import KeyedAsyncWaitOperator
 from .parking import DeferPolicy, ParkedItem, ParkInfo
-from .spark_worker import Plan, _operator, _report, _to_arrow, drive, instance_of, lookup_counts, worker_loop
+from .spark_output import RowSource
+from .spark_worker import Plan, _operator, _report, drive, instance_of, lookup_counts, worker_loop
 
 __all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition"]
 
@@ -42,12 +43,14 @@ class ParkingPlan:
     counts: Any = None  # an accumulator of [new rows, replayed rows], for the batch reports
 
 
-def _split(iterator: Iterator[Any]) -> tuple[list[tuple[dict[str, Any], Any]], list[dict[str, Any]]]:
+def _split(
+    source: RowSource, iterator: Iterator[Any]
+) -> tuple[list[tuple[dict[str, Any], Any]], list[dict[str, Any]]]:
     """``(parked rows with their state, in their order; new rows)``, the state column taken out."""
     parked: list[tuple[dict[str, Any], Any]] = []
     new: list[dict[str, Any]] = []
-    for batch in iterator:
-        for row in batch.to_pylist():
+    for rows in source.chunks(iterator):
+        for row in rows:
             state = row.pop(STATE_COLUMN)
             if state is None:
                 new.append(row)
@@ -68,10 +71,9 @@ def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> Par
     return ParkedItem(row, key_of(row), info)
 
 
-def _parked_row(item: ParkedItem, order: int, max_parallelism: int) -> dict[str, Any]:
+def _parked_state(item: ParkedItem, order: int, max_parallelism: int) -> dict[str, Any]:
     info = item.info
-    row = dict(item.record)
-    row[STATE_COLUMN] = {
+    return {
         "order": order,
         "key_group": key_group_for(item.key, max_parallelism),
         "attempts": info.attempts,
@@ -80,20 +82,18 @@ def _parked_row(item: ParkedItem, order: int, max_parallelism: int) -> dict[str,
         "deferred_since": info.deferred_since,
         "error": info.error,
     }
-    return row
 
 
 def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: replay this partition's parked rows, run the new ones until the time cap,
     and emit results (state column null) followed by the rows parked again (state set)."""
-    import pyarrow as pa
-
     worker = worker_loop()
     loop = worker.loop
     adapter = worker.function(plan.token, plan.function)
     op: KeyedAsyncWaitOperator = _operator(plan, adapter, defer=parking.defer)
     started = time.monotonic()
-    rows, new = _split(iterator)
+    source = RowSource(plan)
+    rows, new = _split(source, iterator)
     if parking.counts is not None:
         parking.counts.add([len(new), len(rows)])
     key_of = op.key_selector
@@ -108,7 +108,10 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     try:
         with contextlib.closing(drive(loop, outputs)) as produced:
             for chunk in produced:
-                batch = _to_arrow(plan, chunk)
+                gauges = op.stats
+                peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
+                peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
+                batch = source.assemble(chunk)
                 rows_out += batch.num_rows
                 yield batch
     finally:
@@ -117,9 +120,10 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
         _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
     left = op.leftover
     base = _partition_id() << 32
-    parked_rows = [_parked_row(item, base + i, parking.max_parallelism) for i, item in enumerate(left)]
-    for i in range(0, len(parked_rows), 10_000):
-        yield pa.RecordBatch.from_pylist(parked_rows[i : i + 10_000], schema=plan.out_schema)
+    for i in range(0, len(left), 10_000):
+        part = left[i : i + 10_000]
+        states = [_parked_state(item, base + i + n, parking.max_parallelism) for n, item in enumerate(part)]
+        yield source.assemble([(item.record, []) for item in part], state=states)
 
 
 def _partition_id() -> int:

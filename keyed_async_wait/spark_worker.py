@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Generator, Iterator
@@ -19,17 +20,18 @@ from itertools import chain
 from typing import Any
 
 from .backlog import BacklogPolicy, Gear
-from .elements import FailedRecord, OutputMode
-from .exceptions import KeyedAsyncWaitError
+from .elements import OutputMode
 from .function import FunctionAdapter, adapt_function
+from .latency import LatencyHistogram
 from .operator import KeyedAsyncWaitOperator
 from .parking import DeferPolicy
-from .retry import RetryStrategy
+from .settings import OperatorSettings
 from .spark_columnar import ColumnarRun, supports_columnar
+from .spark_output import ResultSchemaError, RowSource
 
 __all__ = [
     "Plan",
-    "ResultSchemaError",
+    "ResultSchemaError",  # re-exported: raised from the tasks
     "drive",
     "instance_of",
     "lookup_counts",
@@ -40,35 +42,31 @@ __all__ = [
 
 log = logging.getLogger("keyed_async_wait.spark")
 
-LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-
-
-class ResultSchemaError(KeyedAsyncWaitError, TypeError):
-    """A result does not fit the declared output schema; names the column and the key."""
-
 
 @dataclass
 class Plan:
-    """Everything a task needs, built on the driver and pickled into the mapInArrow function."""
+    """Everything a task needs, built (and checked) on the driver, pickled into the mapInArrow
+    function."""
 
     token: str
     function: Any
-    mode: OutputMode
-    key: Any
-    capacity: int
-    timeout: float | None
-    retry: RetryStrategy | None
+    settings: OperatorSettings  # mode, key, capacity, timeout, retry, batch size, latency tracking
     join: str  # "left" | "inner"
-    input_columns: list[str]
+    input_columns: list[str]  # taken from the input batches as they are
     result_columns: list[str]
-    out_schema: Any  # pyarrow.Schema
+    out_schema: Any  # pyarrow.Schema: input columns, result columns, error column, passthrough
     error_column: str | None
+    session_tz: str | None = None  # how a naive datetime in a TIMESTAMP result is read
+    passthrough: tuple[str, ...] = ()  # columns set by the stage itself (parked state)
     sort_by: list[str] | None = None  # order inside the task (streaming: no sortWithinPartitions)
-    batch_size: int | None = 1000
     metrics: Any = None  # AsyncWaitMetrics (accumulators), or None
     backlog: BacklogPolicy | None = None  # None: fixed settings, no gears
     bounded: bool = False  # a batch query (always backlog under a policy)
     event_time: str | None = None  # a column whose lag behind the clock signals a backlog
+
+    @property
+    def mode(self) -> OutputMode:
+        return self.settings.mode
 
 
 # ---------------------------------------------------------------------- per-process state
@@ -131,21 +129,6 @@ def worker_loop() -> _WorkerLoop:
 # ---------------------------------------------------------------------- one task
 
 
-def _rows(iterator: Iterator[Any], plan: Plan) -> Iterator[list[dict[str, Any]]]:
-    """Arrow batches as lists of row dicts (sorted first when the task must order them)."""
-    if plan.sort_by:
-        rows: list[dict[str, Any]] = []
-        for batch in iterator:
-            rows.extend(batch.to_pylist())
-        sort_by = plan.sort_by
-        rows.sort(key=lambda r: tuple(r[c] for c in sort_by))
-        for i in range(0, len(rows), 10_000):
-            yield rows[i : i + 10_000]
-        return
-    for batch in iterator:
-        yield batch.to_pylist()
-
-
 def shared(adapter: FunctionAdapter) -> FunctionAdapter:
     """The adapter without open/close: the process owns those, not the task."""
     return FunctionAdapter(
@@ -174,27 +157,25 @@ def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any],
 def _operator(
     plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None, defer: DeferPolicy | None = None
 ) -> KeyedAsyncWaitOperator:
-    capacity, batch_size = plan.capacity, plan.batch_size
+    settings = plan.settings
+    capacity, batch_size = settings.capacity, settings.batch_size
     buffer_timeout: float | None = 0.0
     if gear is not None and gear.name == "backlog":
         capacity, batch_size, buffer_timeout = max(capacity, gear.capacity), gear.batch_size, None
     elif gear is not None:
         batch_size = min(batch_size or gear.batch_size, gear.batch_size)
         buffer_timeout = gear.buffer_timeout or 0.0
-    return KeyedAsyncWaitOperator(
-        shared(adapter),
-        mode=plan.mode,
-        key=plan.key,
+    settings = dataclasses.replace(
+        settings,
         capacity=capacity,
-        timeout=plan.timeout,
-        retry=plan.retry,
+        batch_size=batch_size,
+        buffer_timeout=buffer_timeout,
         on_error="defer" if defer is not None else "emit" if plan.error_column else "fail",
         defer=defer,
         output="pairs",
-        batch_size=batch_size,
-        buffer_timeout=buffer_timeout,
         track_latency=plan.metrics is not None,
     )
+    return KeyedAsyncWaitOperator.from_settings(shared(adapter), settings)
 
 
 def _choose_gear(plan: Plan, batches: Iterator[Any]) -> tuple[Gear, str, Iterator[Any]]:
@@ -249,6 +230,7 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
         gear, reason, batches = _choose_gear(plan, batches)
         log.info("async wait task: gear=%s because %s", gear.name, reason)
     op = _operator(plan, adapter, gear)
+    source = RowSource(plan)
     instance = instance_of(adapter)
     before = lookup_counts(instance)
     started = time.monotonic()
@@ -263,7 +245,7 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
                 _report_columnar(plan, instance, before, columnar, time.monotonic() - started)
                 return
             batches = chain([columnar.pending], batches)
-        yield from _run_task(plan, op, loop, _rows(batches, plan), instance, before, started, gear)
+        yield from _run_task(plan, op, loop, source, batches, instance, before, started, gear)
 
 
 def _report_columnar(
@@ -289,7 +271,6 @@ def _report_columnar(
             lookups=delta.get("lookups", 0),
             cache_hits=delta.get("cache_hits", 0),
             backlog_tasks=1,
-            latencies=[],
         )
 
 
@@ -297,7 +278,8 @@ def _run_task(
     plan: Plan,
     op: KeyedAsyncWaitOperator,
     loop: asyncio.AbstractEventLoop,
-    chunks: Iterator[list[Any]],
+    source: RowSource,
+    batches: Iterator[Any],
     instance: Any,
     before: dict[str, int],
     started: float,
@@ -305,13 +287,14 @@ def _run_task(
 ) -> Iterator[Any]:
     rows_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}
+    chunks = source.chunks(batches, plan.sort_by)
     try:
         with contextlib.closing(drive(loop, op.process_batches(chunks))) as produced:
             for chunk in produced:
                 gauges = op.stats  # sampled once per output chunk
                 peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
                 peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
-                batch = _to_arrow(plan, chunk)
+                batch = source.assemble(chunk)
                 rows_out += batch.num_rows
                 yield batch
     finally:
@@ -342,12 +325,8 @@ def _report(
     stats = op.stats
     after = lookup_counts(instance)
     delta = {k: after[k] - before.get(k, 0) for k in after}
-    latencies = sorted(op.latencies)
-    pct = (
-        {p: latencies[min(len(latencies) - 1, int(len(latencies) * p / 100))] for p in (50, 95, 99)}
-        if latencies
-        else {}
-    )
+    latency = op.latency or LatencyHistogram()
+    pct = {p: latency.percentile(p) for p in (50, 95, 99)}
     log.info(
         "async wait task: mode=%s records=%d rows_out=%d wall=%.2fs attempts=%d retries=%d timeouts=%d "
         "failures=%d lookups=%s cache_hits=%s peak_in_flight=%d peak_blocked_keys=%d "
@@ -383,86 +362,9 @@ def _report(
             peak_blocked_keys=peaks["blocked_keys"],
             backlog_tasks=int(gear is not None and gear.name == "backlog"),
             caught_up_tasks=int(gear is not None and gear.name != "backlog"),
-            latencies=latencies,
+            latency=latency,
         )
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}ms"
-
-
-# ---------------------------------------------------------------------- output rows
-
-
-def _to_arrow(plan: Plan, chunk: list[Any]) -> Any:
-    import pyarrow as pa
-
-    rows: list[dict[str, Any]] = []
-    result_columns, error_column, left = plan.result_columns, plan.error_column, plan.join == "left"
-    allowed = set(result_columns)
-    checked: Any = None  # the key set of the last result that passed the check
-    for item in chunk:
-        if isinstance(item, FailedRecord):
-            row = dict(item.record)
-            if error_column:
-                row[error_column] = {
-                    "error_type": item.error_type,
-                    "error_message": item.error_message,
-                    "attempts": item.attempts,
-                }
-            rows.append(row)
-            continue
-        record, results = item
-        if not results:
-            if left:
-                rows.append(record)
-            continue
-        for result in results:
-            if not isinstance(result, dict):
-                raise ResultSchemaError(
-                    f"a result must be a dict of result columns {result_columns}, got "
-                    f"{type(result).__name__} {result!r:.100} for the record with key "
-                    f"{_key_of(plan, record)!r}"
-                )
-            keys = result.keys()
-            if keys == checked:
-                rows.append({**record, **result})
-                continue
-            if not allowed.issuperset(keys):
-                extra = sorted(set(result) - allowed)
-                raise ResultSchemaError(
-                    f"result column {extra[0]!r} is not in the output schema (result columns: "
-                    f"{result_columns}) for the record with key {_key_of(plan, record)!r}"
-                )
-            checked = keys
-            rows.append({**record, **result})
-    try:
-        return pa.RecordBatch.from_pylist(rows, schema=plan.out_schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
-        raise _explain(plan, rows, exc) from exc
-
-
-def _key_of(plan: Plan, record: dict[str, Any]) -> Any:
-    key = plan.key
-    if isinstance(key, str):
-        return record.get(key)
-    if isinstance(key, (list, tuple)):
-        return tuple(record.get(k) for k in key)
-    return {c: record.get(c) for c in plan.input_columns[:3]}
-
-
-def _explain(plan: Plan, rows: list[dict[str, Any]], exc: Exception) -> ResultSchemaError:
-    import pyarrow as pa
-
-    for name in plan.result_columns:
-        arrow_type = plan.out_schema.field(name).type
-        for row in rows:
-            value = row.get(name)
-            try:
-                pa.array([value], type=arrow_type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-                return ResultSchemaError(
-                    f"result column {name!r} ({arrow_type}) cannot hold {value!r:.100} "
-                    f"({type(value).__name__}) for the record with key {_key_of(plan, row)!r}"
-                )
-    return ResultSchemaError(f"results do not fit the output schema: {exc}")

@@ -18,23 +18,32 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "json": (object,),
 }
+_ABSENT: Any = object()  # a path that is not in the answer (unlike a JSON null)
+
 SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
 
 
 @dataclass(frozen=True)
 class Field:
     """A result column: ``name``, its ``type`` (string, int, float, bool, json) and the ``path``
-    into the answer (dots for nesting; default: the name). ``required`` fields must be present
-    and not null."""
+    into the answer (dots for nesting; default: the name).
+
+    The path must be in every answer: an answer without it is a bad response naming the field
+    and the lookup key, never a silent NULL. Its value may be JSON null (the service said so),
+    unless ``required`` (present and not null). ``optional`` fields may be absent (NULL then).
+    """
 
     name: str
     type: str = "string"
     path: str | None = None
     required: bool = False
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
             raise ValueError(f"field {self.name!r}: type={self.type!r}; allowed: {', '.join(_TYPES)}")
+        if self.required and self.optional:
+            raise ValueError(f"field {self.name!r}: required and optional exclude each other")
 
     @property
     def spark_type(self) -> str:
@@ -62,7 +71,8 @@ class FieldMapper:
         self.fields = tuple(_parse(f) for f in fields) if fields else None
         self.result_path = result_path
         self._compiled = [
-            (f.name, tuple((f.path or f.name).split(".")), f.type, f.required) for f in self.fields or ()
+            (f.name, tuple((f.path or f.name).split(".")), f.type, f.required, f.optional)
+            for f in self.fields or ()
         ]
 
     def schema_ddl(self) -> str | None:
@@ -83,21 +93,29 @@ class FieldMapper:
                 body=repr(value),
             )
         out: dict[str, Any] = {}
-        for name, parts, ftype, required in self._compiled:
+        for name, parts, ftype, required, optional in self._compiled:
             found: Any = value
             for part in parts:
                 if type(found) is dict or isinstance(found, Mapping):
-                    found = found.get(part)
+                    found = found.get(part, _ABSENT)
                 elif isinstance(found, list) and part.isdigit() and int(part) < len(found):
                     found = found[int(part)]
                 else:
-                    found = None
-                if found is None:
-                    break
-            if found is None:
+                    found = _ABSENT
+                if found is None or found is _ABSENT:
+                    break  # a null on the way is the service's null; an absent key is not
+            if found is _ABSENT and not optional:
+                raise BadResponseError(
+                    f"field {name!r} (path {'.'.join(parts)!r}) is missing from the answer; declare "
+                    f"Field({name!r}, optional=True) if the service may leave it out",
+                    lookup_key=lookup_key,
+                    service=service,
+                    body=repr(value),
+                )
+            if found is None or found is _ABSENT:
                 if required:
                     raise BadResponseError(
-                        f"required field {name!r} (path {'.'.join(parts)!r}) is missing",
+                        f"required field {name!r} (path {'.'.join(parts)!r}) is null",
                         lookup_key=lookup_key,
                         service=service,
                         body=repr(value),

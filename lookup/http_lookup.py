@@ -101,8 +101,10 @@ class HttpLookup(Lookup):
     templates too. ``fields`` declares the result columns (names, types, paths into the JSON);
     without it the whole JSON answer (or ``result_path`` into it) is the result.
 
-    Status codes: 2xx is a hit; 404 a miss; 429 and 503 are retryable and carry Retry-After;
-    other 5xx, connection errors and timeouts are retryable; other 4xx are not.
+    Status codes: 404 and 204 (``miss_statuses``) are a miss; another 2xx is a hit, whose body
+    must be JSON (JSON ``null`` is a miss; an empty body is a bad response) with every declared
+    field; 429 and 503 are retryable and carry Retry-After; other 5xx, connection errors and
+    timeouts are retryable; other 4xx are not.
 
     Batch endpoint: with ``batch_url``, records are looked up many at a time: the values of the
     ``key`` template (default: the URL's only field) are sent as ``batch_body(keys)`` (default a
@@ -136,10 +138,12 @@ class HttpLookup(Lookup):
         basic_auth_env: tuple[str, str] | None = None,
         request_timeout: float = 10.0,
         max_connections: int = 1000,
+        miss_statuses: Sequence[int] = (404, 204),
         cache: PartialCache | None = None,
         dedup: bool = True,
     ) -> None:
         self.batching = batch_url is not None
+        self.miss_statuses = tuple(miss_statuses)
         super().__init__(fields=fields, result_path=result_path, cache=cache, dedup=dedup)
         self.url = Template(url, url_quote=True)
         self.method = method.upper()
@@ -245,6 +249,13 @@ class HttpLookup(Lookup):
         assert self.batch_url is not None
         body = self.batch_body(keys) if self.batch_body else keys
         status, headers, payload = await self._request("POST", self.batch_url, keys, data=json.dumps(body))
+        if status == 404:  # a batch endpoint that is not there is not a miss of every key
+            raise BadResponseError(
+                "the batch endpoint answered 404 (check batch_url)",
+                lookup_key=keys[:5],
+                service=self.batch_url,
+                status=status,
+            )
         answer = self._decode(status, headers, payload, keys)
         if answer is None:
             return [None] * len(keys)
@@ -295,17 +306,22 @@ class HttpLookup(Lookup):
 
     def _decode(self, status: int, headers: Mapping[str, str], payload: bytes, key: Any) -> Any:
         url = self.service
+        if status in self.miss_statuses:
+            return None
         if 200 <= status < 300:
-            if not payload:
-                return None
+            if not payload.strip():
+                raise BadResponseError(
+                    f"empty answer; a miss is status {' or '.join(map(str, self.miss_statuses))}",
+                    lookup_key=key,
+                    service=url,
+                    status=status,
+                )
             try:
-                return json.loads(payload)
+                return json.loads(payload)  # JSON null: the service says there is nothing: a miss
             except ValueError as exc:
                 raise BadResponseError(
                     f"answer is not JSON ({exc})", lookup_key=key, service=url, status=status, body=payload
                 ) from exc
-        if status == 404:
-            return None
         if status == 429:
             raise RateLimitedError(
                 "rate limited (429)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -69,6 +70,12 @@ class RedisLookup(Lookup):
             raise ValueError(f"decode={decode!r}; allowed: {', '.join(DECODES)}")
         if command == "HMGET" and not hash_fields:
             raise ValueError("command='HMGET' needs hash_fields=[...]")
+        url_db = _url_db(url)
+        if db is not None and url_db is not None and db != url_db:
+            raise ValueError(
+                f"db={db} conflicts with the database {url_db} the URL names; give the database once, "
+                "in the URL (redis://host:port/N) or as db="
+            )
         self.url = url
         self.key = Template(key)
         self.command = command
@@ -190,6 +197,19 @@ class RedisLookup(Lookup):
         if all(v is None for v in values):
             return None
         return dict(zip(self.hash_fields, values, strict=True))
+
+
+def _url_db(url: str) -> int | None:
+    """The database a Redis URL names (its path or ``?db=``), None when it names none."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query).get("db")
+    text = query[0] if query else parts.path.strip("/") if parts.scheme != "unix" else ""
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the Redis URL's database {text!r} is not a number") from None
 
 
 def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:

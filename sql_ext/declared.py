@@ -7,8 +7,9 @@
 
 ``'http'`` takes ``url`` (a template), optionally ``batch_url`` and ``key`` (a batch endpoint:
 a POST of the keys) and ``method``; ``'redis'`` takes ``url`` and ``key`` (a template; GET of a
-JSON value). ``fields`` lists the result columns as ``name type [path]`` (types: string, int,
-bigint, long, double, float, boolean; the path is dotted, into the JSON answer). Secrets are
+JSON value). ``fields`` lists the result columns as ``name type [path] [optional]`` (types:
+string, int, bigint, long, double, float, boolean; the path is dotted, into the JSON answer; an
+``optional`` field may be absent from an answer, any other must be there). Secrets are
 not accepted in SQL text (it ends up in plans and logs): register such a source in Python.
 
 The spec becomes the source while Spark analyzes the query, so a bad one fails before any
@@ -42,17 +43,24 @@ _FIELD_TYPES = {
 }
 
 
-def _fields(text: Any) -> list[tuple[str, str, str | None]]:
+def _fields(text: Any) -> list[tuple[str, str, str | None, bool]]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("fields", text, "result columns as 'name type [path], ...', e.g. 'name string'")
     out = []
     for part in text.split(","):
         words = part.split()
+        optional = bool(words) and words[-1].lower() == "optional"
+        if optional:
+            words = words[:-1]
         if len(words) not in (2, 3) or words[1].lower() not in _FIELD_TYPES:
             raise ConfigError(
-                "fields", part.strip(), f"'name type [path]' with a type of {', '.join(sorted(_FIELD_TYPES))}"
+                "fields",
+                part.strip(),
+                f"'name type [path] [optional]' with a type of {', '.join(sorted(_FIELD_TYPES))}",
             )
-        out.append((words[0], _FIELD_TYPES[words[1].lower()], words[2] if len(words) == 3 else None))
+        out.append(
+            (words[0], _FIELD_TYPES[words[1].lower()], words[2] if len(words) == 3 else None, optional)
+        )
     return out
 
 
@@ -72,9 +80,9 @@ def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
         if required not in given:
             raise ConfigError(required, None, f"a '{kind}' source declared in SQL needs {required} => '...'")
     fields = _fields(given["fields"])
-    declared = [Field(name, kind_, path) for name, kind_, path in fields]
+    declared = [Field(name, kind_, path, optional=optional) for name, kind_, path, optional in fields]
     spark_types = {"string": StringType(), "int": LongType(), "float": DoubleType(), "bool": BooleanType()}
-    schema = StructType([StructField(name, spark_types[kind_], True) for name, kind_, _ in fields])
+    schema = StructType([StructField(name, spark_types[kind_], True) for name, kind_, _, _ in fields])
     try:
         if kind == "http":
             lookup: Any = HttpLookup(
@@ -92,4 +100,6 @@ def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
     token = "sql:" + hashlib.blake2b(f"{kind}{spec}".encode(), digest_size=12).hexdigest()
     inputs = tuple(lookup.input_fields())
     ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
-    return LookupSource(kind, lookup, inputs, ddl, tuple(schema.fieldNames()), schema, token)
+    return LookupSource(
+        kind, lookup, inputs, ddl, tuple(schema.fieldNames()), schema, token, null_keys=inputs
+    )

@@ -16,7 +16,7 @@ from keyed_async_wait.spark_worker import shared, worker_loop
 
 from .sources import LookupSource
 
-__all__ = ["log", "source_adapter", "task_conf"]
+__all__ = ["log", "source_adapter", "task_conf", "task_time_zone"]
 
 log = logging.getLogger("sql_ext")
 
@@ -29,15 +29,27 @@ def task_conf() -> AsyncLookupConfig:
     context = TaskContext.get()
     if context is None:
         return AsyncLookupConfig()
-    return AsyncLookupConfig.from_conf(context.getLocalProperty)
+    # every key the session set reaches the task: a misspelt one is an error, not ignored
+    present = getattr(context, "_localProperties", None) or {}
+    return AsyncLookupConfig.from_conf(context.getLocalProperty, present=present.keys())
+
+
+def task_time_zone(default: str) -> str:
+    """The session time zone of the task (a naive datetime in a TIMESTAMP result is read in
+    it); ``default``, the zone when the functions were installed, when the task has none."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    zone = context.getLocalProperty("spark.sql.session.timeZone") if context is not None else None
+    return zone or default
 
 
 def source_adapter(source: LookupSource, conf: AsyncLookupConfig) -> FunctionAdapter:
-    """The process's instance of ``source`` for a task, where a NULL in any input field is a
+    """The process's instance of ``source`` for a task; for a lookup, a NULL in a key field is a
     miss without a lookup (SQL's rule for a join key)."""
     token, function = source.instance_for(conf)
     adapter = shared(worker_loop().function(token, function))
-    return _null_is_miss(adapter, source.inputs)
+    return _null_is_miss(adapter, source.null_keys) if source.null_keys else adapter
 
 
 async def _miss() -> list[Any]:

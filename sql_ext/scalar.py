@@ -15,25 +15,25 @@ from typing import Any
 from keyed_async_wait.elements import OutputMode
 from keyed_async_wait.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
-from keyed_async_wait.spark_worker import ResultSchemaError, drive, worker_loop
+from keyed_async_wait.spark_output import ResultSchemaError
+from keyed_async_wait.spark_values import ValueMismatch, column_converter, python_rows
+from keyed_async_wait.spark_worker import drive, worker_loop
 
-from .runtime import log, source_adapter, task_conf
+from .runtime import log, source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
 
 __all__ = ["scalar_function"]
 
 
-def scalar_function(source: LookupSource) -> Any:
-    """The UDF to register under ``source.name``."""
+def scalar_function(source: LookupSource, time_zone: str) -> Any:
+    """The UDF to register under ``source.name`` (``time_zone``: the session's, at install)."""
     import pyarrow as pa
     from pyspark.sql.pandas.functions import arrow_udf
-    from pyspark.sql.pandas.types import to_arrow_type
 
     struct = source.result_schema
-    arrow_type = to_arrow_type(struct)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        return _lookup_batches(source, arrow_type, batches)
+        return _lookup_batches(source, time_zone, batches)
 
     # Spark picks the iterator form from the hints (naming the type instead is deprecated)
     arguments = Iterator[tuple[pa.Array, ...]] if len(source.inputs) > 1 else Iterator[pa.Array]
@@ -43,6 +43,8 @@ def scalar_function(source: LookupSource) -> Any:
 
 
 def _records(source: LookupSource, batches: Iterator[Any]) -> Iterator[list[dict[str, Any]]]:
+    import pyarrow as pa
+
     inputs = source.inputs
     for arrays in batches:
         if not isinstance(arrays, tuple):
@@ -50,14 +52,17 @@ def _records(source: LookupSource, batches: Iterator[Any]) -> Iterator[list[dict
         if len(arrays) != len(inputs):
             allowed = f"{len(inputs)}: {', '.join(inputs)}, in that order"
             raise ConfigError(f"{source.name}() arguments", len(arrays), allowed)
-        columns = [a.to_pylist() for a in arrays]
-        yield [dict(zip(inputs, values, strict=True)) for values in zip(*columns, strict=True)]
+        yield python_rows(pa.RecordBatch.from_arrays(list(arrays), names=list(inputs)))
 
 
-def _lookup_batches(source: LookupSource, arrow_type: Any, batches: Iterator[Any]) -> Iterator[Any]:
+def _lookup_batches(source: LookupSource, time_zone: str, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
 
     conf = task_conf()  # a bad setting fails here, before any lookup
+    zone = task_time_zone(time_zone)
+    arrow_type = to_arrow_type(source.result_schema, timezone=zone)
+    convert = column_converter(arrow_type, zone)
     loop = worker_loop().loop
     op = KeyedAsyncWaitOperator(
         source_adapter(source, conf),
@@ -72,23 +77,11 @@ def _lookup_batches(source: LookupSource, arrow_type: Any, batches: Iterator[Any
         for chunk in produced:
             values = [results[0] if results else None for _, results in chunk]
             try:
-                yield pa.array(values, type=arrow_type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
-                raise _explain(source, chunk, arrow_type, exc) from exc
-
-
-def _explain(source: LookupSource, chunk: list[Any], arrow_type: Any, exc: Exception) -> ResultSchemaError:
-    import pyarrow as pa
-
-    for record, results in chunk:
-        if not results:
-            continue
-        try:
-            pa.array([results[0]], type=arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as cause:
-            key = {name: record.get(name) for name in source.inputs}
-            return ResultSchemaError(
-                f"{source.name}(): the result {results[0]!r:.100} does not fit {source.schema_ddl!r} "
-                f"for the lookup of {key!r}: {cause}"
-            )
-    return ResultSchemaError(f"{source.name}(): results do not fit {source.schema_ddl!r}: {exc}")
+                yield pa.array(convert(values), type=arrow_type)
+            except ValueMismatch as why:
+                record, results = chunk[why.index]  # type: ignore[attr-defined]
+                key = {name: record.get(name) for name in source.inputs}
+                raise ResultSchemaError(
+                    f"{source.name}(): the result {results[0]!r:.100} does not fit {source.schema_ddl!r} "
+                    f"for the lookup of {key!r}: {why}"
+                ) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from keyed_async_wait.config import AsyncLookupConfig
+from keyed_async_wait.spark import session_config, session_time_zone
 
 from .modes import Decision, decide, describe_input
 from .scalar import scalar_function
@@ -60,7 +60,7 @@ class AsyncLookupSQL:
         (default: the lookup's declared fields).
         """
         source = make_source(name, function, inputs=inputs, output_schema=output_schema)
-        self.spark.udf.register(name, scalar_function(source))
+        self.spark.udf.register(name, scalar_function(source, session_time_zone(self.spark)))
         self._sources[name] = source
         self._register_table_function()
         return source
@@ -68,7 +68,7 @@ class AsyncLookupSQL:
     def _register_table_function(self) -> None:
         from pyspark.sql.functions import udtf
 
-        cls = table_function_class(self._sources, self._decisions)
+        cls = table_function_class(self._sources, self._decisions, session_time_zone(self.spark))
         self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
 
     def decisions(self) -> dict[str, int]:
@@ -86,7 +86,7 @@ class AsyncLookupSQL:
         """The mode a call over ``table`` (a DataFrame or a table name) would run under the
         session's current settings."""
         df = self.spark.table(table) if isinstance(table, str) else table
-        conf = AsyncLookupConfig.from_conf(lambda key: self.spark.conf.get(key, None))
+        conf = session_config(self.spark)
         return decide(conf, describe_input(df.columns, upsert_key=upsert_key, change_column=change_column))
 
 
@@ -102,7 +102,7 @@ def install(
     scalar function of that name and a source of the table function. The session's
     ``spark.sql.exec.async-lookup.*`` settings are checked now (and again in every task).
     """
-    AsyncLookupConfig.from_conf(lambda key: spark.conf.get(key, None))
+    session_config(spark)  # a bad or unknown setting fails now
     installed = AsyncLookupSQL(spark, table_function)
     for name, function in (sources or {}).items():
         installed.register(name, function)

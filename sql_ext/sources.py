@@ -32,6 +32,9 @@ class LookupSource:
     result_columns: tuple[str, ...]
     result_schema: Any  # the parsed StructType (parsing DDL needs a SparkContext, workers have none)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # a lookup's key fields: a NULL in one is a miss without a call (SQL's rule for a join key);
+    # any other function sees its NULL arguments as None
+    null_keys: tuple[str, ...] = ()
 
     def instance_for(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
         """``(token, function)`` for a task with these settings: a lookup without a cache of its
@@ -88,4 +91,9 @@ def make_source(
         assert isinstance(parsed, StructType)
     except Exception as exc:
         raise ConfigError(f"{name}: output_schema", output_schema, f"a valid DDL string ({exc})") from exc
-    return LookupSource(name, function, inputs, output_schema, tuple(parsed.fieldNames()), parsed)
+    from lookup import Lookup
+
+    null_keys = inputs if isinstance(function, Lookup) else ()
+    return LookupSource(
+        name, function, inputs, output_schema, tuple(parsed.fieldNames()), parsed, null_keys=null_keys
+    )

@@ -31,13 +31,16 @@ from typing import Any
 from keyed_async_wait.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.push import PushDriver
-from keyed_async_wait.spark_worker import ResultSchemaError, worker_loop
+from keyed_async_wait.spark_output import ResultSchemaError
+from keyed_async_wait.spark_values import ValueMismatch, column_converter
+from keyed_async_wait.spark_worker import worker_loop
 
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, decide, describe_input
-from .runtime import log, source_adapter, task_conf
+from .runtime import log, source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
+from .values import row_reader
 
 __all__ = ["DEFAULT_BUCKETS", "LookupAnalysis", "table_function_class"]
 
@@ -65,6 +68,7 @@ class LookupAnalysis(_AnalyzeResult):  # type: ignore[misc,valid-type]
     declared: LookupSource | None = None  # a source declared in the SQL call itself
     shape: InputShape | None = None
     columns: tuple[str, ...] = ()
+    input_schema: Any = None  # the table's StructType
     join: str = "left"
 
 
@@ -123,6 +127,14 @@ def analyze(
         raise UnknownSourceError("source", name, ", ".join(known))
     input_schema: StructType = table.dataType
     columns = tuple(input_schema.fieldNames())
+    missing = [c for c in lookup.inputs if c not in columns]
+    if missing:  # in a task every row would miss (a NULL lookup key): say so now
+        raise TableArgumentError(
+            "source",
+            name,
+            f"a source whose input fields are columns of the table ({', '.join(columns)}); "
+            f"it reads {', '.join(lookup.inputs)}, and {missing[0]!r} is not a column",
+        )
     shape = describe_input(
         columns,
         upsert_key=_constant("upsert_key", upsert_key),
@@ -165,6 +177,7 @@ def analyze(
         declared=inline,
         shape=shape,
         columns=columns,
+        input_schema=input_schema,
         join=mode,
     )
 
@@ -172,11 +185,17 @@ def analyze(
 class TableCall:
     """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
 
-    def __init__(self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any) -> None:
+    def __init__(
+        self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
+    ) -> None:
         self.source = analysis.declared or sources[analysis.source]
         assert analysis.shape is not None
         self.shape = analysis.shape
         self.columns = analysis.columns
+        self.input_schema = analysis.input_schema
+        self.time_zone = time_zone
+        self.read: Any = None
+        self.convert: dict[str, Any] = {}
         self.left = analysis.join == "left"
         self.decisions = decisions
         self.driver: PushDriver | None = None
@@ -184,7 +203,15 @@ class TableCall:
         self.push_size = _PUSH_SIZE
 
     def _start(self) -> PushDriver:
+        from pyspark.sql.pandas.types import to_arrow_type
+
         conf = task_conf()  # a bad setting fails here, before any lookup
+        zone = task_time_zone(self.time_zone)
+        self.read = row_reader(self.input_schema, zone)
+        self.convert = {
+            f.name: column_converter(to_arrow_type(f.dataType, timezone=zone), zone, arrow=False)
+            for f in self.source.result_schema.fields
+        }
         decision = decide(conf, self.shape)
         log.info("async_lookup(%s): %s", self.source.name, decision.describe())
         if self.decisions is not None:
@@ -207,7 +234,7 @@ class TableCall:
 
     def eval(self, row: Any) -> Iterator[tuple[Any, ...]]:
         driver = self.driver or self._start()
-        self.pending.append(row.asDict())
+        self.pending.append(self.read(row))
         if len(self.pending) >= self.push_size:
             batch, self.pending = self.pending, []
             yield from self._rows(self._guarded(driver.push, batch))
@@ -233,24 +260,38 @@ class TableCall:
     def _rows(self, outputs: list[Any]) -> Iterator[tuple[Any, ...]]:
         columns, names = self.columns, self.source.result_columns
         allowed = set(names)
-        empty = (None,) * len(names)
+        rows: list[tuple[Any, dict[str, Any] | None]] = []
         for record, results in outputs:
-            values = tuple(record[c] for c in columns)
             if not results:
                 if self.left:
-                    yield values + empty
+                    rows.append((record, None))
                 continue
             for result in results:
-                if not isinstance(result, dict) or not allowed.issuperset(result):
+                if not isinstance(result, dict) or result.keys() != allowed:
                     raise ResultSchemaError(
-                        f"async_lookup({self.source.name}): result {result!r:.100} does not fit the result "
-                        f"columns {list(names)} for the record with lookup fields "
+                        f"async_lookup({self.source.name}): result {result!r:.100} is not a dict of exactly "
+                        f"the result columns {list(names)} for the record with lookup fields "
                         f"{ {n: record.get(n) for n in self.source.inputs}!r}"
                     )
-                yield values + tuple(result.get(n) for n in names)
+                rows.append((record, result))
+        values = {name: self._column(name, rows) for name in names}
+        for i, (record, _) in enumerate(rows):
+            yield tuple(record[c] for c in columns) + tuple(values[name][i] for name in names)
+
+    def _column(self, name: str, rows: list[tuple[Any, dict[str, Any] | None]]) -> list[Any]:
+        values = [None if result is None else result[name] for _, result in rows]
+        try:
+            return self.convert[name](values)
+        except ValueMismatch as why:
+            record, result = rows[why.index]  # type: ignore[attr-defined]
+            raise ResultSchemaError(
+                f"async_lookup({self.source.name}): result column {name!r} cannot hold "
+                f"{result[name] if result else None!r:.100} for the record with lookup fields "
+                f"{ {n: record.get(n) for n in self.source.inputs}!r}: {why}"
+            ) from None
 
 
-def table_function_class(sources: Mapping[str, LookupSource], decisions: Any) -> type:
+def table_function_class(sources: Mapping[str, LookupSource], decisions: Any, time_zone: str) -> type:
     """A UDTF class bound to ``sources`` (defined here so that it is pickled by value)."""
     bound = dict(sources)
 
@@ -260,7 +301,7 @@ def table_function_class(sources: Mapping[str, LookupSource], decisions: Any) ->
             return analyze(bound, table, source, options)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
-            self._call = TableCall(bound, analyze_result, decisions)
+            self._call = TableCall(bound, analyze_result, decisions, time_zone)
 
         def eval(self, row: Any, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, ...]]:
             yield from self._call.eval(row)

@@ -233,3 +233,42 @@ def test_pickling_never_carries_a_live_session(service: Any) -> None:
     copy = run(used_then_pickled())
     assert copy._client is None and len(copy.cache) == 0
     assert run(lookup_all(copy, orders(3)))[0][1][0]["name"] == "user-0"
+
+
+def test_a_2xx_without_a_declared_field_is_a_bad_response_naming_it(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/users/1").respond_with_json({"name": "x", "tier": None})
+    httpserver.expect_request("/users/2").respond_with_json({"name": "y", "address": None})
+    fields = [Field("name"), Field("tier"), Field("city", path="address.city")]
+    fn = HttpLookup(httpserver.url_for("/users/{user_id}"), fields=fields)
+    with pytest.raises(RecordFailedError, match=r"users/1.*field 'city' \(path 'address.city'\) is missing"):
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))
+    # a JSON null on the way is the service's own null; a missing key is not
+    fn = HttpLookup(
+        httpserver.url_for("/users/{user_id}"), fields=[Field("name"), Field("city", path="address.city")]
+    )
+    assert run(lookup_all(fn, [{"order_id": 1, "user_id": 2}]))[0][1] == [{"name": "y", "city": None}]
+    optional = [Field("name"), Field("tier"), Field("city", path="address.city", optional=True)]
+    fn = HttpLookup(httpserver.url_for("/users/{user_id}"), fields=optional)
+    assert run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))[0][1] == [
+        {"name": "x", "tier": None, "city": None}
+    ]
+    with pytest.raises(ValueError, match="exclude each other"):
+        Field("x", required=True, optional=True)
+
+
+def test_an_empty_2xx_is_a_bad_response_and_204_a_miss(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/users/1").respond_with_data("", status=200)
+    httpserver.expect_request("/users/2").respond_with_data("", status=204)
+    httpserver.expect_request("/users/3").respond_with_json(None)
+    fn = HttpLookup(httpserver.url_for("/users/{user_id}"), fields=[Field("name")])
+    with pytest.raises(RecordFailedError, match=r"empty answer; a miss is status 404 or 204 \(status 200\)"):
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))
+    pairs = run(lookup_all(fn, [{"order_id": 1, "user_id": 2}, {"order_id": 2, "user_id": 3}]))
+    assert [results for _, results in pairs] == [[], []]
+
+
+def test_a_batch_endpoint_answering_404_is_an_error_not_all_misses(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/batch", method="POST").respond_with_data("no such route", status=404)
+    fn = HttpLookup(httpserver.url_for("/users/{user_id}"), batch_url=httpserver.url_for("/batch"))
+    with pytest.raises(RecordFailedError, match=r"batch endpoint answered 404"):
+        run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))

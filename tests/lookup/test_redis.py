@@ -118,3 +118,35 @@ def test_pickles_without_a_pool(db: redis.Redis, redis_url: str) -> None:
 def test_bad_configuration_is_named(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         RedisLookup("redis://127.0.0.1:1/0", "k:{id}", **kwargs)
+
+
+def test_db_given_twice_must_agree_and_db_alone_is_used(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    with pytest.raises(ValueError, match=r"db=1 conflicts with the database 0 the URL names"):
+        RedisLookup(base + "/0", "k:{id}", db=1)
+    with pytest.raises(ValueError, match=r"db=1 conflicts with the database 2"):
+        RedisLookup(base + "/?db=2", "k:{id}", db=1)
+    other = redis.Redis.from_url(base + "/3")
+    other.set("dbcheck:1", json.dumps({"where": "db3"}))
+    plain = redis.Redis.from_url(base + "/0")
+    plain.delete("dbcheck:1")
+    try:
+        for fn in (RedisLookup(base, "dbcheck:{id}", db=3), RedisLookup(base + "/3", "dbcheck:{id}", db=3)):
+            assert run(lookup_all(fn, [{"order_id": 1, "id": 1}]))[0][1] == [{"where": "db3"}]
+    finally:
+        other.delete("dbcheck:1")
+        other.close()
+        plain.close()
+
+
+def test_declared_field_missing_from_a_value_is_a_bad_response(db: redis.Redis, redis_url: str) -> None:
+    db.set("partial:1", json.dumps({"price": 1.0}))
+    fn = RedisLookup(redis_url, "partial:{sku}", fields=[Field("price", "float"), Field("currency")])
+    with pytest.raises(
+        RecordFailedError, match=r"field 'currency' \(path 'currency'\) is missing.*optional=True"
+    ):
+        run(lookup_all(fn, [{"order_id": 1, "sku": 1}]))
+    fn = RedisLookup(
+        redis_url, "partial:{sku}", fields=[Field("price", "float"), Field("currency", optional=True)]
+    )
+    assert run(lookup_all(fn, [{"order_id": 1, "sku": 1}]))[0][1] == [{"price": 1.0, "currency": None}]
