@@ -8,6 +8,7 @@ from .base import Lookup, LookupStats
 from .cache import MISS, PartialCache
 from .exceptions import (
     BadResponseError,
+    CertificateError,
     LookupServiceError,
     LookupTimeoutError,
     RateLimitedError,
@@ -16,13 +17,15 @@ from .exceptions import (
     WrongTypeError,
 )
 from .fields import Field
-from .http_lookup import HttpLookup, Secret
+from .http_lookup import HttpLookup
 from .redis_lookup import RedisLookup
+from .secrets import Secret
 from .template import Template
 
 __all__ = [
     "MISS",
     "BadResponseError",
+    "CertificateError",
     "Field",
     "HttpLookup",
     "Lookup",

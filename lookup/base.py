@@ -13,7 +13,7 @@ from typing import Any
 from keyed_async_wait import AsyncFunction
 
 from .cache import MISS, PartialCache
-from .exceptions import LookupServiceError
+from .exceptions import BODY_LIMIT, LookupServiceError
 from .fields import Field, FieldMapper
 
 __all__ = ["Lookup", "LookupStats"]
@@ -63,8 +63,12 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         result_path: str | None = None,
         cache: PartialCache | None = None,
         dedup: bool = True,
+        error_body_chars: int = BODY_LIMIT,
     ) -> None:
-        self.mapper = FieldMapper(fields, result_path)
+        if error_body_chars < 0:
+            raise ValueError(f"error_body_chars={error_body_chars}; allowed: an integer >= 0")
+        self.error_body_chars = error_body_chars  # how much of an answer an error may show
+        self.mapper = FieldMapper(fields, result_path, error_body_chars)
         self.cache = cache
         self.dedup = dedup
         self.stats = LookupStats()

@@ -4,12 +4,15 @@ loopback port, without root. Used by the tests, the demo and the benchmarks when
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,9 +38,29 @@ def redis_server_binary() -> str:
     )
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when the thread that started it ends,
+    also by SIGKILL or a crash (Linux); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arrange() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return arrange
+
+
 @contextmanager
 def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
-    """Yield the URL of a fresh Redis on 127.0.0.1; stop it at the end."""
+    """Yield the URL of a fresh Redis on 127.0.0.1; stop it at the end.
+
+    The server also stops when the process (the thread) that started it dies without reaching
+    the end of the block, killed or crashed: no server outlives its test or job.
+    """
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="kaw-redis-")
     args = [
@@ -55,7 +78,9 @@ def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
         "--protected-mode",
         "no",
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent()
+    )
     ready = threading.Event()
     lines: list[str] = []
 

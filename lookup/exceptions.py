@@ -9,7 +9,12 @@
     ├── BadResponseError                      other 4xx, bad JSON, wrong fields;       not retryable
     │   │                                     .status and a snippet of the body
     │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
+    ├── CertificateError                      TLS: the service's certificate is not    not retryable
+    │                                         trusted (give ca_file=)
     └── TemplateError (KeyError)              the record lacks a field a template names not retryable
+
+No message holds a secret (a token, a password, a secret header or parameter): the lookups
+redact them before an error is made, and chain the client's own error only when it holds none.
 
 ``retryable`` is what the operator's default retry predicate reads; ``retry_after`` is what its
 retry strategy waits at least.
@@ -21,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "BadResponseError",
+    "CertificateError",
     "LookupServiceError",
     "LookupTimeoutError",
     "RateLimitedError",
@@ -30,10 +36,13 @@ __all__ = [
 ]
 
 
-def snippet(body: Any, limit: int = 200) -> str:
+BODY_LIMIT = 200  # characters of an answer an error shows, by default
+
+
+def snippet(body: Any, limit: int = BODY_LIMIT) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else str(body)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
 class LookupServiceError(Exception):
@@ -86,9 +95,10 @@ class BadResponseError(LookupServiceError):
         service: str = "",
         status: int | None = None,
         body: Any = None,
+        body_limit: int = BODY_LIMIT,
     ) -> None:
         self.status = status
-        self.body_snippet = snippet(body) if body is not None else None
+        self.body_snippet = snippet(body, body_limit) if body is not None and body_limit > 0 else None
         detail = f" (status {status})" if status is not None else ""
         if self.body_snippet:
             detail += f"; body: {self.body_snippet}"
@@ -97,6 +107,12 @@ class BadResponseError(LookupServiceError):
 
 class WrongTypeError(BadResponseError):
     """A Redis key holds a value of another type than the command expects."""
+
+
+class CertificateError(LookupServiceError):
+    """The service's TLS certificate is not trusted: asking again will not help."""
+
+    retryable = False
 
 
 class TemplateError(LookupServiceError, KeyError):

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import BadResponseError
+from .exceptions import BODY_LIMIT, BadResponseError
 
 __all__ = ["Field", "FieldMapper"]
 
@@ -66,10 +66,14 @@ class FieldMapper:
     """
 
     def __init__(
-        self, fields: Sequence[Field | str | tuple[str, str]] | None, result_path: str | None = None
+        self,
+        fields: Sequence[Field | str | tuple[str, str]] | None,
+        result_path: str | None = None,
+        body_limit: int = BODY_LIMIT,
     ):
         self.fields = tuple(_parse(f) for f in fields) if fields else None
         self.result_path = result_path
+        self.body_limit = body_limit  # how much of an answer an error may show
         self._compiled = [
             (f.name, tuple((f.path or f.name).split(".")), f.type, f.required, f.optional)
             for f in self.fields or ()
@@ -81,7 +85,11 @@ class FieldMapper:
         return ", ".join(f"{f.name} {f.spark_type}" for f in self.fields)
 
     def map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
-        value = _walk(answer, self.result_path, lookup_key, service) if self.result_path else answer
+        value = (
+            _walk(answer, self.result_path, lookup_key, service, self.body_limit)
+            if self.result_path
+            else answer
+        )
         if self.fields is None:
             return value
         if not isinstance(value, Mapping):
@@ -91,6 +99,7 @@ class FieldMapper:
                 lookup_key=lookup_key,
                 service=service,
                 body=repr(value),
+                body_limit=self.body_limit,
             )
         out: dict[str, Any] = {}
         for name, parts, ftype, required, optional in self._compiled:
@@ -111,6 +120,7 @@ class FieldMapper:
                     lookup_key=lookup_key,
                     service=service,
                     body=repr(value),
+                    body_limit=self.body_limit,
                 )
             if found is None or found is _ABSENT:
                 if required:
@@ -119,6 +129,7 @@ class FieldMapper:
                         lookup_key=lookup_key,
                         service=service,
                         body=repr(value),
+                        body_limit=self.body_limit,
                     )
                 out[name] = None
                 continue
@@ -142,24 +153,24 @@ class FieldMapper:
                     lookup_key=lookup_key,
                     service=service,
                     body=repr(value),
+                    body_limit=self.body_limit,
                 )
             out[name] = found
         return out
 
 
-def _walk(value: Any, path: str, lookup_key: Any, service: str, missing_ok: bool = False) -> Any:
+def _walk(value: Any, path: str, lookup_key: Any, service: str, body_limit: int = BODY_LIMIT) -> Any:
     for part in path.split("."):
         if isinstance(value, Mapping) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
-        elif missing_ok:
-            return None
         else:
             raise BadResponseError(
                 f"path {path!r} not found in the answer",
                 lookup_key=lookup_key,
                 service=service,
                 body=repr(value),
+                body_limit=body_limit,
             )
     return value

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
-import os
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -14,39 +14,18 @@ import aiohttp
 from .base import Lookup
 from .cache import PartialCache
 from .exceptions import (
+    BODY_LIMIT,
     BadResponseError,
-    LookupTimeoutError,
     RateLimitedError,
     ServiceUnavailableError,
+    snippet,
 )
 from .fields import Field
+from .http_client import Answer, make_session, send
+from .secrets import Redactor, Secret, split_userinfo
 from .template import Template
 
 __all__ = ["HttpLookup", "Secret"]
-
-
-class Secret:
-    """A value that never shows in a repr, a log line or an error."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    @classmethod
-    def from_env(cls, name: str) -> Secret:
-        value = os.environ.get(name)
-        if value is None:
-            raise ValueError(f"environment variable {name} is not set (it should hold a secret)")
-        return cls(value)
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -61,6 +40,12 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _secret(value: str | Secret | None) -> Secret | None:
+    if value is None or isinstance(value, Secret):
+        return value
+    return Secret(value)
 
 
 def _render_json(template: Any, record: Any, cache: dict[str, Template]) -> Any:
@@ -123,8 +108,8 @@ class HttpLookup(Lookup):
         url: str,
         *,
         method: str = "GET",
-        params: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str | Secret] | None = None,
+        headers: Mapping[str, str | Secret] | None = None,
         json_body: Any = None,
         fields: Sequence[Field | str | tuple[str, str]] | None = None,
         result_path: str | None = None,
@@ -132,23 +117,41 @@ class HttpLookup(Lookup):
         batch_url: str | None = None,
         batch_body: Callable[[list[Any]], Any] | None = None,
         batch_response: str = "map",
-        bearer_token: str | None = None,
+        bearer_token: str | Secret | None = None,
         bearer_token_env: str | None = None,
-        basic_auth: tuple[str, str] | None = None,
+        basic_auth: tuple[str, str | Secret] | None = None,
         basic_auth_env: tuple[str, str] | None = None,
+        ca_file: str | None = None,
         request_timeout: float = 10.0,
         max_connections: int = 1000,
         miss_statuses: Sequence[int] = (404, 204),
+        error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
     ) -> None:
         self.batching = batch_url is not None
         self.miss_statuses = tuple(miss_statuses)
-        super().__init__(fields=fields, result_path=result_path, cache=cache, dedup=dedup)
+        super().__init__(
+            fields=fields,
+            result_path=result_path,
+            cache=cache,
+            dedup=dedup,
+            error_body_chars=error_body_chars,
+        )
+        url, userinfo = split_userinfo(url)
+        if userinfo is not None and (basic_auth is not None or basic_auth_env is not None):
+            raise ValueError("credentials in the URL and basic_auth=: give them once, as basic_auth=")
         self.url = Template(url, url_quote=True)
         self.method = method.upper()
-        self.params = {k: Template(v) for k, v in (params or {}).items()}
-        self.headers = {k: Template(v) for k, v in (headers or {}).items()}
+        self.params = {k: Template(v) for k, v in (params or {}).items() if not isinstance(v, Secret)}
+        self.headers = {k: Template(v) for k, v in (headers or {}).items() if not isinstance(v, Secret)}
+        # secret values are constants: sent with every request, never part of a lookup key
+        self._secret_params: list[tuple[str, Secret]] = [
+            (k, v) for k, v in (params or {}).items() if isinstance(v, Secret)
+        ]
+        self._secret_headers: dict[str, Secret] = {
+            k: v for k, v in (headers or {}).items() if isinstance(v, Secret)
+        }
         self.json_body = json_body
         if batch_response not in ("map", "list"):
             raise ValueError(f"batch_response={batch_response!r}; allowed: 'map', 'list'")
@@ -159,28 +162,57 @@ class HttpLookup(Lookup):
                 "a batch endpoint needs key= (a template of what is looked up, e.g. '{user_id}')"
             )
         self.key = Template(key) if key is not None else None
+        if batch_url is not None:
+            batch_url, batch_userinfo = split_userinfo(batch_url)
+            userinfo = userinfo or batch_userinfo
         self.batch_url = batch_url
         self.batch_body = batch_body
         self.batch_response = batch_response
         if bearer_token_env is not None:
-            bearer_token = Secret.from_env(bearer_token_env).reveal()
-        self._bearer = Secret(bearer_token) if bearer_token is not None else None
+            bearer_token = Secret.from_env(bearer_token_env)
+        self._bearer = _secret(bearer_token)
         if basic_auth_env is not None:
-            basic_auth = (
-                Secret.from_env(basic_auth_env[0]).reveal(),
-                Secret.from_env(basic_auth_env[1]).reveal(),
-            )
-        self._basic = (basic_auth[0], Secret(basic_auth[1])) if basic_auth is not None else None
+            basic_auth = (Secret.from_env(basic_auth_env[0]).reveal(), Secret.from_env(basic_auth_env[1]))
+        if userinfo is not None:
+            basic_auth = userinfo
+        self._basic = (basic_auth[0], _secret(basic_auth[1])) if basic_auth is not None else None
         if request_timeout <= 0:
             raise ValueError(f"request_timeout={request_timeout}; allowed: seconds > 0")
         if max_connections < 1:
             raise ValueError(f"max_connections={max_connections}; allowed: an integer >= 1")
         self.request_timeout = request_timeout
         self.max_connections = max_connections
+        self.ca_file = ca_file
         self._json_templates: dict[str, Template] = {}
+        self._authorization = self._authorization_header()
+        self._redactor = Redactor(self._secret_texts())
+
+    def _authorization_header(self) -> Secret | None:
+        if self._bearer is not None:
+            return Secret(f"Bearer {self._bearer.reveal()}")
+        if self._basic is not None:
+            user, password = self._basic
+            assert password is not None
+            token = base64.b64encode(f"{user}:{password.reveal()}".encode()).decode("ascii")
+            return Secret(f"Basic {token}")
+        return None
+
+    def _secret_texts(self) -> list[str]:
+        texts = [v.reveal() for _, v in self._secret_params] + [
+            v.reveal() for v in self._secret_headers.values()
+        ]
+        if self._bearer is not None:
+            texts.append(self._bearer.reveal())
+        if self._basic is not None:
+            user, password = self._basic[0], self._basic[1]
+            assert password is not None
+            texts += [password.reveal(), base64.b64encode(f"{user}:{password.reveal()}".encode()).decode()]
+        return texts
 
     def __repr__(self) -> str:
-        auth = " auth=***" if self._bearer or self._basic else ""
+        auth = (
+            " auth=***" if self._bearer or self._basic or self._secret_headers or self._secret_params else ""
+        )
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
 
     def _key_template(self) -> Template | None:
@@ -197,19 +229,7 @@ class HttpLookup(Lookup):
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> aiohttp.ClientSession:
-        # aiohttp's default of 100 connections would silently cap concurrency
-        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
-        headers = {}
-        if self._bearer is not None:
-            headers["Authorization"] = f"Bearer {self._bearer.reveal()}"
-        auth = aiohttp.BasicAuth(self._basic[0], self._basic[1].reveal()) if self._basic else None
-        return aiohttp.ClientSession(
-            connector=connector,
-            headers=headers,
-            auth=auth,
-            timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-            raise_for_status=False,
-        )
+        return make_session(self.max_connections, self.request_timeout, self.ca_file)
 
     async def _close_client(self, client: aiohttp.ClientSession) -> None:
         await client.close()
@@ -266,7 +286,7 @@ class HttpLookup(Lookup):
                     lookup_key=keys[:5],
                     service=self.batch_url,
                     status=status,
-                    body=payload,
+                    body=self._body(payload),
                 )
             return answer
         if not isinstance(answer, Mapping):
@@ -275,34 +295,40 @@ class HttpLookup(Lookup):
                 lookup_key=keys[:5],
                 service=self.batch_url,
                 status=status,
-                body=payload,
+                body=self._body(payload),
             )
         return [answer.get(str(k)) for k in keys]
 
     async def _request(
         self, method: str, url: str, key: Any, *, params: Any = None, headers: Any = None, data: Any = None
     ) -> tuple[int, Mapping[str, str], bytes]:
-        session = self.client()
-        extra_headers = dict(headers) if headers else {}
+        sent = dict(headers) if headers else {}
+        sent.update((k, v.reveal()) for k, v in self._secret_headers.items())
+        if self._authorization is not None:
+            sent["Authorization"] = self._authorization.reveal()
         if data is not None:
-            extra_headers.setdefault("Content-Type", "application/json")
-        try:
-            async with session.request(
-                method, url, params=list(params) if params else None, headers=extra_headers or None, data=data
-            ) as response:
-                return response.status, response.headers, await response.read()
-        except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
-            raise LookupTimeoutError(
-                f"no answer within {self.request_timeout:g} s", lookup_key=key, service=url
-            ) from exc
-        except aiohttp.ClientConnectionError as exc:
-            raise ServiceUnavailableError(
-                f"{type(exc).__name__}: {exc}", lookup_key=key, service=url
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ServiceUnavailableError(
-                f"{type(exc).__name__}: {exc}", lookup_key=key, service=url
-            ) from exc
+            sent.setdefault("Content-Type", "application/json")
+        query = list(params) if params else []
+        query += [(k, v.reveal()) for k, v in self._secret_params]
+        answer: Answer = await send(
+            self.client(),
+            method,
+            url,
+            key=key,
+            params=query or None,
+            headers=sent,
+            data=data,
+            redactor=self._redactor,
+            request_timeout=self.request_timeout,
+            service=url,
+        )
+        return answer.status, answer.headers, answer.body
+
+    def _body(self, payload: Any) -> str | None:
+        """What an error may show of an answer: at most ``error_body_chars``, secrets redacted."""
+        if not self.error_body_chars or payload is None:
+            return None
+        return self._redactor.redact(snippet(payload, self.error_body_chars))
 
     def _decode(self, status: int, headers: Mapping[str, str], payload: bytes, key: Any) -> Any:
         url = self.service
@@ -320,7 +346,11 @@ class HttpLookup(Lookup):
                 return json.loads(payload)  # JSON null: the service says there is nothing: a miss
             except ValueError as exc:
                 raise BadResponseError(
-                    f"answer is not JSON ({exc})", lookup_key=key, service=url, status=status, body=payload
+                    f"answer is not JSON ({exc})",
+                    lookup_key=key,
+                    service=url,
+                    status=status,
+                    body=self._body(payload),
                 ) from exc
         if status == 429:
             raise RateLimitedError(
@@ -332,10 +362,12 @@ class HttpLookup(Lookup):
             )
         if status >= 500:
             raise ServiceUnavailableError(
-                f"server error {status}: {payload[:200].decode('utf-8', 'replace')}",
+                f"server error {status}" + (f": {body}" if (body := self._body(payload)) else ""),
                 lookup_key=key,
                 service=url,
                 status=status,
                 retry_after=_retry_after(headers.get("Retry-After")),
             )
-        raise BadResponseError("request rejected", lookup_key=key, service=url, status=status, body=payload)
+        raise BadResponseError(
+            "request rejected", lookup_key=key, service=url, status=status, body=self._body(payload)
+        )

@@ -14,6 +14,7 @@ from redis import exceptions as redis_errors
 from .base import Lookup
 from .cache import PartialCache
 from .exceptions import (
+    BODY_LIMIT,
     BadResponseError,
     LookupTimeoutError,
     ServiceUnavailableError,
@@ -59,10 +60,21 @@ class RedisLookup(Lookup):
         password_env: str | None = None,
         max_connections: int = 100,
         socket_timeout: float = 5.0,
+        ca_file: str | None = None,
+        error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
     ) -> None:
-        super().__init__(fields=fields, result_path=result_path, cache=cache, dedup=dedup)
+        super().__init__(
+            fields=fields,
+            result_path=result_path,
+            cache=cache,
+            dedup=dedup,
+            error_body_chars=error_body_chars,
+        )
+        if ca_file is not None and not url.startswith("rediss://"):
+            raise ValueError("ca_file= is for TLS: give a rediss:// URL")
+        self.ca_file = ca_file
         command = command.upper()
         if command not in COMMANDS:
             raise ValueError(f"command={command!r}; allowed: {', '.join(COMMANDS)}")
@@ -107,6 +119,8 @@ class RedisLookup(Lookup):
         }
         if self.db is not None:
             kwargs["db"] = self.db
+        if self.ca_file is not None:
+            kwargs["ssl_ca_certs"] = self.ca_file  # TLS is always verified; this adds a CA bundle
         if password is not None:
             kwargs["password"] = password
         return aioredis.from_url(self.url, **kwargs)
@@ -188,6 +202,7 @@ class RedisLookup(Lookup):
                     lookup_key=key,
                     service=self.service,
                     body=text,
+                    body_limit=self.error_body_chars,
                 ) from exc
         if self.command == "HGETALL":
             if not raw:

@@ -13,7 +13,12 @@ __all__ = ["Template"]
 
 
 def _quote_all(value: str) -> str:
-    return quote(value, safe="")
+    quoted = quote(value, safe="")
+    # a value that is (or, to a server decoding %2F, holds) a dot segment would climb the path
+    # ('/users/{id}' with id='..' asks for '/'): percent-encoded dots make it just a name
+    if quoted in (".", "..") or ("%2F" in quoted and "." in quoted):
+        return quoted.replace(".", "%2E")
+    return quoted
 
 
 class Template:

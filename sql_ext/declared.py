@@ -9,8 +9,12 @@
 a POST of the keys) and ``method``; ``'redis'`` takes ``url`` and ``key`` (a template; GET of a
 JSON value). ``fields`` lists the result columns as ``name type [path] [optional]`` (types:
 string, int, bigint, long, double, float, boolean; the path is dotted, into the JSON answer; an
-``optional`` field may be absent from an answer, any other must be there). Secrets are
-not accepted in SQL text (it ends up in plans and logs): register such a source in Python.
+``optional`` field may be absent from an answer, any other must be there).
+
+Declared sources are off unless the Python code that calls :func:`sql_ext.install` passes a
+:class:`~sql_ext.allowlist.DeclaredSources` allow-list, and a URL must be under it. Secrets
+are not accepted in SQL text (it ends up in plans and logs): register such a source in Python.
+Errors of declared sources show no part of a service's answer.
 
 The spec becomes the source while Spark analyzes the query, so a bad one fails before any
 lookup; its token is derived from the spec, so each worker process keeps one instance of it.
@@ -24,6 +28,7 @@ from typing import Any
 
 from keyed_async_wait.exceptions import ConfigError
 
+from .allowlist import DeclaredSources
 from .sources import LookupSource
 
 __all__ = ["DECLARED_KINDS", "DECLARED_OPTIONS", "declared_source"]
@@ -64,8 +69,9 @@ def _fields(text: Any) -> list[tuple[str, str, str | None, bool]]:
     return out
 
 
-def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
-    """The source a SQL call declares; ConfigError naming the argument on anything wrong."""
+def declared_source(kind: str, options: Mapping[str, Any], allowed: DeclaredSources | None) -> LookupSource:
+    """The source a SQL call declares; ConfigError naming the argument on anything wrong, or on
+    a service ``allowed`` (the list the Python code gave to install) does not name."""
     from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
     from lookup import Field, HttpLookup, RedisLookup
@@ -79,6 +85,15 @@ def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
     for required in ("url", "fields") + (("key",) if kind == "redis" else ()):
         if required not in given:
             raise ConfigError(required, None, f"a '{kind}' source declared in SQL needs {required} => '...'")
+    policy = allowed or DeclaredSources()
+    for option in ("url", "batch_url"):
+        if option in given:
+            check = policy.check_http if kind == "http" else policy.check_redis
+            check(option, str(given[option]))
+    if kind == "http" and str(given.get("method", "GET")).upper() != "GET":
+        raise ConfigError(
+            "method", given["method"], "'GET' (a declared source only reads; batch_url takes a POST)"
+        )
     fields = _fields(given["fields"])
     declared = [Field(name, kind_, path, optional=optional) for name, kind_, path, optional in fields]
     spark_types = {"string": StringType(), "int": LongType(), "float": DoubleType(), "bool": BooleanType()}
@@ -87,13 +102,13 @@ def declared_source(kind: str, options: Mapping[str, Any]) -> LookupSource:
         if kind == "http":
             lookup: Any = HttpLookup(
                 given["url"],
-                method=given.get("method", "GET"),
                 batch_url=given.get("batch_url"),
                 key=given.get("key"),
                 fields=declared,
+                error_body_chars=0,  # a SQL user reads errors: no answers of services echoed
             )
         else:
-            lookup = RedisLookup(given["url"], given["key"], fields=declared)
+            lookup = RedisLookup(given["url"], given["key"], fields=declared, error_body_chars=0)
     except (ValueError, KeyError) as exc:
         raise ConfigError(f"'{kind}' source", dict(given), str(exc)) from exc
     spec = repr(sorted((k, str(v)) for k, v in given.items()))

@@ -7,6 +7,8 @@ from typing import Any
 
 from keyed_async_wait.spark import session_config, session_time_zone
 
+from .allowlist import DeclaredSources
+from .exceptions import ConfigError
 from .modes import Decision, decide, describe_input
 from .scalar import scalar_function
 from .sources import LookupSource, make_source
@@ -34,9 +36,12 @@ class AsyncLookupSQL:
     """The installed functions: a scalar function per source, and ``async_lookup`` (the table
     function) over all of them. Register more sources with :meth:`register`."""
 
-    def __init__(self, spark: Any, table_function: str) -> None:
+    def __init__(
+        self, spark: Any, table_function: str, declared_sources: DeclaredSources | None = None
+    ) -> None:
         self.spark = spark
         self.table_function = table_function
+        self.declared_sources = declared_sources
         self._sources: dict[str, LookupSource] = {}
         self._decisions = spark.sparkContext.accumulator({}, _count_param())
 
@@ -68,7 +73,9 @@ class AsyncLookupSQL:
     def _register_table_function(self) -> None:
         from pyspark.sql.functions import udtf
 
-        cls = table_function_class(self._sources, self._decisions, session_time_zone(self.spark))
+        cls = table_function_class(
+            self._sources, self._decisions, session_time_zone(self.spark), self.declared_sources
+        )
         self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
 
     def decisions(self) -> dict[str, int]:
@@ -95,15 +102,23 @@ def install(
     sources: Mapping[str, Any] | None = None,
     *,
     table_function: str = "async_lookup",
+    declared_sources: DeclaredSources | None = None,
 ) -> AsyncLookupSQL:
     """Register the SQL functions in ``spark``'s session.
 
     ``sources`` maps SQL names to lookups (``{"users": HttpLookup(...)}``); each becomes a
     scalar function of that name and a source of the table function. The session's
     ``spark.sql.exec.async-lookup.*`` settings are checked now (and again in every task).
+
+    ``declared_sources``: the services a SQL user may name in the query itself (``'http'`` and
+    ``'redis'`` sources of the table function); without it, none. Nothing in SQL widens it.
     """
+    if declared_sources is not None and not isinstance(declared_sources, DeclaredSources):
+        raise ConfigError(
+            "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
+        )
     session_config(spark)  # a bad or unknown setting fails now
-    installed = AsyncLookupSQL(spark, table_function)
+    installed = AsyncLookupSQL(spark, table_function, declared_sources)
     for name, function in (sources or {}).items():
         installed.register(name, function)
     if not sources:

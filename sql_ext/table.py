@@ -35,6 +35,7 @@ from keyed_async_wait.spark_output import ResultSchemaError
 from keyed_async_wait.spark_values import ValueMismatch, column_converter
 from keyed_async_wait.spark_worker import worker_loop
 
+from .allowlist import DeclaredSources
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, decide, describe_input
@@ -98,7 +99,11 @@ CALL_OPTIONS = ("upsert_key", "order_by", "change_column", "buckets", "join")
 
 
 def analyze(
-    sources: Mapping[str, LookupSource], table: Any, source: Any, options: Mapping[str, Any]
+    sources: Mapping[str, LookupSource],
+    table: Any,
+    source: Any,
+    options: Mapping[str, Any],
+    allowed: DeclaredSources | None = None,
 ) -> LookupAnalysis:
     """Check the call and derive the output schema and partitioning (runs at analysis time,
     so every error here comes before any lookup). ``options``: the named arguments."""
@@ -117,7 +122,7 @@ def analyze(
     if name in sources and not spec:
         lookup = sources[name]
     elif name in DECLARED_KINDS and name not in sources:
-        inline = lookup = declared_source(name, spec)
+        inline = lookup = declared_source(name, spec, allowed)
     elif spec:
         raise ConfigError(
             next(iter(spec)), "(given)", f"only with a source declared in SQL: {', '.join(DECLARED_KINDS)}"
@@ -291,14 +296,17 @@ class TableCall:
             ) from None
 
 
-def table_function_class(sources: Mapping[str, LookupSource], decisions: Any, time_zone: str) -> type:
-    """A UDTF class bound to ``sources`` (defined here so that it is pickled by value)."""
+def table_function_class(
+    sources: Mapping[str, LookupSource], decisions: Any, time_zone: str, allowed: DeclaredSources | None
+) -> type:
+    """A UDTF class bound to ``sources`` and the allow-list of declared sources (defined here so
+    that it is pickled by value: nothing in SQL can change either)."""
     bound = dict(sources)
 
     class AsyncLookup:
         @staticmethod
         def analyze(table: Any, source: Any, **options: Any) -> LookupAnalysis:
-            return analyze(bound, table, source, options)
+            return analyze(bound, table, source, options, allowed)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
             self._call = TableCall(bound, analyze_result, decisions, time_zone)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
 from typing import Any
 
 import pytest
@@ -150,3 +151,29 @@ def test_declared_field_missing_from_a_value_is_a_bad_response(db: redis.Redis, 
         redis_url, "partial:{sku}", fields=[Field("price", "float"), Field("currency", optional=True)]
     )
     assert run(lookup_all(fn, [{"order_id": 1, "sku": 1}]))[0][1] == [{"price": 1.0, "currency": None}]
+
+
+def test_an_embedded_redis_dies_with_the_process_that_started_it() -> None:
+    import signal
+    import sys
+    from pathlib import Path
+
+    from ..processes import group, wait_exit
+
+    lines = ["from lookup.embedded import embedded_redis", "with embedded_redis() as url:"]
+    script = "\n".join([*lines, "    print(url, flush=True)", "    input()"])
+    root = Path(__file__).parents[2]
+    with group(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, cwd=root
+    ) as proc:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("redis://127.0.0.1:")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        (server,) = [int(pid) for pid in children]
+        client = redis.Redis.from_url(url)
+        assert client.ping()
+        client.close()
+        proc.send_signal(signal.SIGKILL)  # no finally, no context manager exit: a hard death
+        proc.wait(30)
+        assert wait_exit(server, 20), "redis-server outlived the process that started it"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, split_errors
 from lookup import Field, HttpLookup, RedisLookup
 
+from ..processes import run_bounded
 from .calls import overlaps_and_disorder
 
 pytestmark = pytest.mark.spark
@@ -255,13 +255,7 @@ def test_runs_on_a_multi_process_cluster(service: Any, tmp_path: Path) -> None:
     url, state = service
     script = tmp_path / "cluster_job.py"
     script.write_text(CLUSTER_JOB)
-    done = subprocess.run(
-        [sys.executable, str(script), url],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).parents[2],
-    )
+    done = run_bounded([sys.executable, str(script), url], timeout=300, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"rows": 300, "named": 300}

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ..processes import run_bounded
+
 pytestmark = pytest.mark.spark
 
 
 def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = run_bounded(
         [
             sys.executable,
             "-m",
@@ -27,9 +28,7 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
             "--workdir",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+        timeout=300,
         cwd=Path(__file__).parents[2],
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -41,7 +40,7 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
 
 
 def test_main_job_fails_with_the_cause() -> None:
-    done = subprocess.run(
+    done = run_bounded(
         [
             sys.executable,
             "-m",
@@ -51,9 +50,7 @@ def test_main_job_fails_with_the_cause() -> None:
             "--rows",
             "10",
         ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+        timeout=300,
     )
     assert done.returncode != 0
     assert "kaw-enrich failed" in done.stderr

@@ -24,6 +24,7 @@ from keyed_async_wait.parking import DeferPolicy
 from keyed_async_wait.spark_state import ParkedState
 from lookup import Field, HttpLookup
 
+from ..processes import run_bounded
 from .calls import per_key_calls
 
 pytestmark = pytest.mark.spark
@@ -190,9 +191,7 @@ def test_killed_driver_restarted_with_other_partitions_loses_and_repeats_nothing
         first.stdout.close()
     assert first.returncode == -signal.SIGKILL
 
-    second = subprocess.run(
-        [*args, "--partitions", "5"], capture_output=True, text=True, env=env, timeout=300
-    )
+    second = run_bounded([*args, "--partitions", "5"], env=env, timeout=300)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
 
     import pyarrow.parquet as pq

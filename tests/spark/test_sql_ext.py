@@ -268,7 +268,8 @@ def test_bad_table_function_calls_fail_at_analysis(
     spark: Any, sql: Any, service: Any, orders: Any, call: str, message: str
 ) -> None:
     url, state = service
-    sql_ext.install(spark, {"users": users(url)})
+    allowed = sql_ext.DeclaredSources(http=["http://x/"], redis=["redis://x"])
+    sql_ext.install(spark, {"users": users(url)}, declared_sources=allowed)
     with pytest.raises(Exception) as failure:
         sql(f"SELECT * FROM {call}")
     assert message in str(failure.value)
@@ -300,7 +301,9 @@ def test_sources_declared_in_sql_itself(
     for user in range(40):
         client.set(f"sqlscore:{user}", json.dumps({"score": user / 2, "meta": {"level": user % 4}}))
     client.close()
-    sql_ext.install(spark)
+    sql_ext.install(
+        spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"], redis=[redis_url])
+    )
     sql(f"SET `{P}output-mode`=ALLOW_UNORDERED")
     sql(f"SET `{P}key-ordered-enabled`=true")
     http = sql(
@@ -323,3 +326,88 @@ def test_sources_declared_in_sql_itself(
     ).collect()
     assert len(scores) == sum(1 for r in http if r.user_id is not None)
     assert all(r.score == r.user_id / 2 and r.level == r.user_id % 4 for r in scores)
+
+
+# ---------------------------------------------------------------------- safe by default
+
+
+def test_declared_sources_are_off_unless_python_allows_them(
+    spark: Any, sql: Any, service: Any, redis_url: str, orders: Any
+) -> None:
+    url, state = service
+    http = f"async_lookup(TABLE(orders), 'http', url => '{url}/users/{{user_id}}', fields => 'name string')"
+    redis_call = (
+        f"async_lookup(TABLE(orders), 'redis', url => '{redis_url}', key => 'k:{{user_id}}', "
+        "fields => 'x int')"
+    )
+    sql_ext.install(spark, {"users": users(url)})
+    for call in (http, redis_call):
+        with pytest.raises(
+            Exception, match=r"declared sources are off: the Python code that calls sql_ext.install"
+        ):
+            sql(f"SELECT * FROM {call}")
+    # no setting turns them on: our namespace has no such key, and an unknown key is an error
+    sql(f"SET `{P}declared-sources`=true")
+    with pytest.raises(Exception, match=rf"unknown setting {P}declared-sources"):
+        sql("SELECT users(user_id) FROM orders").collect()
+    spark.conf.unset(P + "declared-sources")
+    with pytest.raises(Exception, match="declared sources are off"):
+        sql(f"SELECT * FROM {http}")
+    assert state.requests == 0
+
+
+@pytest.mark.parametrize(
+    ("url_template", "message"),
+    [
+        ("{base}/admin/{{user_id}}", "under one of the allowed prefixes"),
+        ("{base}/users/../admin/{{user_id}}", "without '.', '..' or empty segments"),
+        ("http://alice:pw@127.0.0.1:1/users/{{user_id}}", "without user:password@"),
+        ("http://{{host}}/users/{{user_id}}", "host and port are fixed"),
+        ("http://127.0.0.2:1/users/{{user_id}}", "under one of the allowed prefixes"),
+    ],
+)
+def test_an_allow_list_bounds_what_sql_may_call(
+    spark: Any, sql: Any, service: Any, orders: Any, url_template: str, message: str
+) -> None:
+    url, state = service
+    sql_ext.install(spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"]))
+    target = url_template.format(base=url)
+    with pytest.raises(Exception) as failure:
+        sql(f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{target}', fields => 'name string')")
+    assert message in str(failure.value)
+    assert "pw" not in str(failure.value).replace("password", "")
+    with pytest.raises(Exception, match=r"method='DELETE'.*only reads"):
+        sql(
+            f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{url}/users/{{user_id}}', "
+            "method => 'DELETE', fields => 'name string')"
+        )
+    assert state.requests == 0
+
+
+def test_a_source_reading_a_column_the_table_lacks_fails_at_analysis(
+    spark: Any, sql: Any, service: Any, orders: Any
+) -> None:
+    url, state = service
+    customers = HttpLookup(url + "/users/{customer_id}", fields=[Field("name")])
+    sql_ext.install(spark, {"customers": customers}, declared_sources=sql_ext.DeclaredSources(http=[url]))
+    with pytest.raises(Exception, match=r"'customer_id' is not a column"):
+        sql("SELECT * FROM async_lookup(TABLE(orders), 'customers')")
+    with pytest.raises(Exception, match=r"'customer_id' is not a column"):
+        sql(
+            f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{url}/users/{{customer_id}}', "
+            "fields => 'name string')"
+        )
+    assert state.requests == 0
+
+
+def test_errors_of_declared_sources_echo_no_answer(spark: Any, sql: Any, service: Any, orders: Any) -> None:
+    url, state = service
+    state.fail(400)  # the service answers 400 with a body ('injected fault')
+    sql_ext.install(spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"]))
+    with pytest.raises(Exception) as failure:
+        sql(
+            f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{url}/users/{{user_id}}', "
+            "fields => 'name string')"
+        ).collect()
+    assert "request rejected (status 400)" in str(failure.value)
+    assert "injected fault" not in str(failure.value)

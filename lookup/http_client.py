@@ -1,0 +1,119 @@
+"""The wire side of :class:`HttpLookup`: sessions, requests, redirects, and error conversion.
+
+Redirects are followed here, not by aiohttp, so that credentials never travel to another
+origin: when a redirect leaves the origin of the request (scheme, host or port differ), the
+``Authorization``, ``Proxy-Authorization`` and ``Cookie`` headers and every header the lookup
+was given are dropped for that hop and every later one, as requests and httpx drop
+credentials. URLs are sent as rendered (already percent-encoded), so a record value can never
+become a dot segment that climbs the path.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import yarl
+
+from .exceptions import BadResponseError, CertificateError, LookupTimeoutError, ServiceUnavailableError
+from .secrets import Redactor
+
+__all__ = ["MAX_REDIRECTS", "Answer", "make_session", "send"]
+
+MAX_REDIRECTS = 10
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_KEPT_ACROSS_ORIGINS = frozenset({"content-type", "accept"})
+# characters left as they are when a rendered URL is re-quoted (reserved ones, and % escapes)
+_URL_SAFE = "/:@!$&'()*+,;=?#[]%~"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def make_session(max_connections: int, request_timeout: float, ca_file: str | None) -> aiohttp.ClientSession:
+    """A session of the running loop. TLS is always verified; ``ca_file`` adds a CA bundle."""
+    context: Any = True
+    if ca_file is not None:
+        context = ssl.create_default_context(cafile=ca_file)
+    # aiohttp's default of 100 connections would silently cap concurrency
+    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=300, ssl=context)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=request_timeout),
+        raise_for_status=False,
+    )
+
+
+def wire_url(url: str) -> yarl.URL:
+    """The URL as it goes out: non-ASCII and spaces quoted, nothing decoded or normalised."""
+    return yarl.URL(urllib.parse.quote(url, safe=_URL_SAFE), encoded=True)
+
+
+def _next_hop(method: str, status: int, data: Any) -> tuple[str, Any]:
+    if status == 303 or (status in (301, 302) and method == "POST"):
+        return ("HEAD" if method == "HEAD" else "GET"), None  # what browsers, requests and httpx do
+    return method, data
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    key: Any,
+    params: list[tuple[str, str]] | None,
+    headers: dict[str, str],
+    data: Any,
+    redactor: Redactor,
+    request_timeout: float,
+    service: str,
+) -> Answer:
+    """One request, redirects followed; lookup errors (never holding a secret) on failure."""
+    target = wire_url(url)
+    origin = target.origin()
+    try:
+        for _ in range(MAX_REDIRECTS + 1):
+            async with session.request(
+                method, target, params=params, headers=headers or None, data=data, allow_redirects=False
+            ) as response:
+                location = response.headers.get("Location")
+                if response.status not in _REDIRECTS or not location:
+                    return Answer(response.status, response.headers, await response.read())
+                await response.read()
+                target = target.join(yarl.URL(location))
+            if target.origin() != origin:
+                headers = {k: v for k, v in headers.items() if k.lower() in _KEPT_ACROSS_ORIGINS}
+                origin = target.origin()  # once dropped, credentials stay dropped
+            method, data = _next_hop(method, response.status, data)
+            params = None  # the Location carries its own query
+    except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
+        error: Exception = LookupTimeoutError(
+            f"no answer within {request_timeout:g} s", lookup_key=key, service=service
+        )
+        raise error from _cause(error, exc, redactor)
+    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
+        message = f"TLS certificate not trusted ({type(exc).__name__}: {exc}); give ca_file= for a private CA"
+        error = CertificateError(redactor.redact(message), lookup_key=key, service=service)
+        raise error from _cause(error, exc, redactor)
+    except aiohttp.ClientError as exc:
+        message = redactor.redact(f"{type(exc).__name__}: {exc}")
+        error = ServiceUnavailableError(message, lookup_key=key, service=service)
+        raise error from _cause(error, exc, redactor)
+    raise BadResponseError(f"more than {MAX_REDIRECTS} redirects", lookup_key=key, service=service)
+
+
+def _cause(error: Exception, cause: BaseException, redactor: Redactor) -> BaseException | None:
+    """What to chain ``error`` to: ``cause``, or nothing when the cause's text holds a secret
+    (a traceback prints the whole chain)."""
+    if redactor and redactor.holds_secret(f"{cause!r} {cause}"):
+        error.add_note("the client's own error is withheld: its text holds a secret")
+        return None
+    return cause
