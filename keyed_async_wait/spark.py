@@ -26,7 +26,7 @@ from .keys import WHOLE_RECORD, field_names
 from .latency import LatencyHistogram
 from .parking import DeferPolicy
 from .retry import RetryStrategy
-from .settings import OperatorSettings, check_instance, check_positive_int
+from .settings import OperatorSettings, check_instance, check_positive_int, check_seconds
 from .spark_parking import STATE_COLUMN, ParkingPlan
 from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .spark_worker import Plan, run_partition
@@ -248,14 +248,15 @@ def _key_ordered_stream(
         raise ConfigError("df", STATE_COLUMN, f"a DataFrame without a column named {STATE_COLUMN}")
     if on_error not in ("fail", "emit", "defer"):
         raise ConfigError("on_error", on_error, "'fail', 'emit', 'defer'")
-    if time_cap is not None and not time_cap > 0:
-        raise ConfigError("time_cap", time_cap, "seconds > 0, or None (no cap)")
-    if heartbeat is not None and not heartbeat >= 1:
+    check_seconds("time_cap", time_cap, optional=True)
+    check_seconds("heartbeat", heartbeat, optional=True)
+    if heartbeat is not None and heartbeat < 1:
         raise ConfigError("heartbeat", heartbeat, "seconds >= 1, or None (micro-batches only on new input)")
     columns = _key_columns(df, key)
     sort_by = _order_columns(df, order_by)
     check_positive_int("num_partitions", num_partitions, optional=True)
     check_positive_int("keep_versions", keep_versions)
+    _check_state_types(df.schema)
     if on_error != "fail" and error_column is None:
         error_column = "_error"  # failed (or too long deferred) rows come out with their cause
     counts = df.sparkSession.sparkContext.accumulator([0, 0], _ListAdd())
@@ -284,6 +285,18 @@ def _key_ordered_stream(
         keep_versions=keep_versions,
         counts=counts,
     )
+
+
+def _check_state_types(schema: StructType) -> None:
+    """Parked rows are kept as parquet, which Spark cannot write for a TIME value."""
+    for field in schema.fields:
+        if "time(" in field.dataType.simpleString().replace("timestamp", ""):
+            raise ConfigError(
+                f"column {field.name!r}",
+                field.dataType.simpleString(),
+                "a type parquet holds: key_ordered_stream keeps parked rows as parquet, and Spark "
+                "writes no TIME to parquet; cast it to a string first",
+            )
 
 
 def _partitions(spark: SparkSession, num_partitions: int | None) -> int:
@@ -378,6 +391,9 @@ def _make_plan(
     columns = [c for c in df.columns if c not in passthrough]
     _check_inputs(fn, columns)
     results = _schema_of(spark, output_schema, fn)
+    twice = sorted({n for n in results.fieldNames() if results.fieldNames().count(n) > 1})
+    if twice:
+        raise ConfigError("output_schema", output_schema, f"result columns named once each; twice: {twice}")
     clash = [f.name for f in results.fields if f.name in df.columns]
     if clash:
         raise ConfigError(
