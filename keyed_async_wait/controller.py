@@ -44,7 +44,9 @@ class Controller:
         "records_inside",
     )
 
-    def __init__(self, mode: OutputMode, key_of: KeySelector | None) -> None:
+    def __init__(
+        self, mode: OutputMode, key_of: KeySelector | None, spill: list[ParkedItem] | None = None
+    ) -> None:
         self.mode = mode
         self._key_of = key_of
         self.out: deque[Entry] = deque()
@@ -53,7 +55,7 @@ class Controller:
         self._live: dict[int, Entry] = {}
         self._seq = 0
         self.records_inside = 0
-        self.parked = ParkedKeys()
+        self.parked = ParkedKeys(spill)
 
     def admit_parked(self, item: ParkedItem, now: float) -> Entry | None:
         """Take in a record replayed from parked state: it stays parked while its key is, or

@@ -79,6 +79,11 @@ class KeyedAsyncWaitOperator:
       anything needing ``asyncio.current_task()``; see :attr:`AsyncFunction.eager_start`.
     * ``track_latency``: count each record's latency (first attempt to result) in
       :attr:`latency`, a fixed-size :class:`LatencyHistogram`, for percentiles.
+    * ``emit_parked`` (KEY_ORDERED, ``output="pairs"``, ``process_batches``): a parked record
+      (deferred, behind a parked key, or not started when :meth:`hold` was called) leaves as a
+      :class:`ParkedItem` output the moment it is parked, instead of piling up in
+      :attr:`leftover`; input read after a hold leaves the same way, as fast as it is read. A
+      source chunk that is a :class:`ParkedBatch` replays parked records.
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class KeyedAsyncWaitOperator:
         eager_start: bool | None = None,
         track_latency: bool = False,
         defer: DeferPolicy | None = None,
+        emit_parked: bool = False,
     ) -> None:
         self._init(
             function,
@@ -117,6 +123,7 @@ class KeyedAsyncWaitOperator:
                 max_parallelism=max_parallelism,
                 eager_start=eager_start,
                 track_latency=track_latency,
+                emit_parked=emit_parked,
             ),
         )
 
@@ -244,6 +251,9 @@ class KeyedAsyncWaitOperator:
                         if remaining <= 0:
                             break
                         await runtime.wait_output(remaining)
+                if runtime.spill:  # emit_parked: parked records leave as they are parked
+                    yield runtime.take_spill()
+                    continue
                 if out:
                     entries = runtime.hand_out_all()
                     if not pairs and runtime.plain_output:
@@ -267,6 +277,10 @@ class KeyedAsyncWaitOperator:
                     yield chunk
                     continue
                 if runtime.finished:
+                    if runtime.spill is not None and runtime.holding:
+                        rest = runtime.leftover()  # held records that never started
+                        if rest:
+                            yield rest
                     return
                 await runtime.wait_output()
         finally:
@@ -290,7 +304,8 @@ class KeyedAsyncWaitOperator:
         try:
             await runtime.close(intake, wait_running=self.on_close == "wait")
         finally:
-            self._leftover = runtime.leftover() if runtime.holding or runtime.ctl.parked else []
+            keep = runtime.spill is None and (runtime.holding or runtime.ctl.parked)
+            self._leftover = runtime.leftover() if keep else []
             self._last_stats = self._stats_of(runtime)
             self._runtime = None
             if self.function.close is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 
-__all__ = ["PARKED", "DeferPolicy", "ParkInfo", "ParkedItem", "ParkedKeys"]
+__all__ = ["PARKED", "DeferPolicy", "ParkInfo", "ParkedBatch", "ParkedItem", "ParkedKeys"]
 
 
 class _Parked:
@@ -103,28 +103,41 @@ class DeferPolicy:
         )
 
 
+class ParkedBatch(list[ParkedItem]):
+    """A chunk of a source that holds parked records to replay (:class:`ParkedItem` s, in their
+    order), not new records: an operator's source may mix these with plain chunks."""
+
+
 class ParkedKeys:
     """Per key, the parked records in arrival order.
 
     Invariant: once a key has a queue here, every later record of the key is appended to it
     (:meth:`take_if_parked`), so nothing of that key runs until the whole queue is replayed in
     a later run, first record first.
+
+    With a ``spill`` list, the queues are not kept: each parked record goes to ``spill`` the
+    moment it is parked (for the caller to write out at once, so memory stays bounded), and
+    only the parked keys are remembered. The per-key order is then the order of ``spill``.
     """
 
-    __slots__ = ("_keys", "_records")
+    __slots__ = ("_keys", "_records", "spill")
 
-    def __init__(self) -> None:
+    def __init__(self, spill: list[ParkedItem] | None = None) -> None:
         self._keys: dict[Hashable, list[ParkedItem]] = {}
         self._records = 0
+        self.spill = spill
 
     def park(self, items: list[ParkedItem]) -> None:
         """Append ``items`` (in arrival order) to their keys' queues."""
-        keys = self._keys
+        keys, spill = self._keys, self.spill
         for item in items:
             queue = keys.get(item.key)
             if queue is None:
                 keys[item.key] = queue = []
-            queue.append(item)
+            if spill is None:
+                queue.append(item)
+        if spill is not None:
+            spill.extend(items)
         self._records += len(items)
 
     def take_if_parked(self, key: Hashable, record: Any, info: ParkInfo = FRESH) -> bool:
@@ -132,7 +145,11 @@ class ParkedKeys:
         queue = self._keys.get(key)
         if queue is None:
             return False
-        queue.append(ParkedItem(record, key, info))
+        item = ParkedItem(record, key, info)
+        if self.spill is None:
+            queue.append(item)
+        else:
+            self.spill.append(item)
         self._records += 1
         return True
 
@@ -150,6 +167,6 @@ class ParkedKeys:
         return len(self._keys)
 
     def items(self) -> Iterator[ParkedItem]:
-        """Every parked record, key by key, each key's in arrival order."""
+        """Every parked record not spilled, key by key, each key's in arrival order."""
         for queue in self._keys.values():
             yield from queue

@@ -29,7 +29,7 @@ from .elements import FailedRecord, Watermark
 from .entry import Entry, State
 from .exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
 from .function import FunctionAdapter
-from .parking import FRESH, ParkedItem, ParkInfo
+from .parking import FRESH, ParkedBatch, ParkedItem, ParkInfo
 from .snapshot import SnapshotRecord
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 _CoroutineType = types.CoroutineType
-_END = object()
+_SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
 
 
 class _Batch:
@@ -59,7 +59,10 @@ class Runtime:
         self.loop = asyncio.get_running_loop()
         self.op = op
         self.fn: FunctionAdapter = op.function
-        self.ctl = Controller(op.mode, op.key_selector)
+        # emit_parked: parked records leave as outputs the moment they are parked (bounded memory)
+        self.spill: list[ParkedItem] | None = [] if op.settings.emit_parked else None
+        self._spill_waiter: asyncio.Future[None] | None = None
+        self.ctl = Controller(op.mode, op.key_selector, self.spill)
         self.capacity = op.capacity
         self.timeout = op.timeout
         self.retry = op.retry
@@ -132,17 +135,21 @@ class Runtime:
         finally:
             self._notify()
 
-    async def _intake_parked(self) -> None:
-        """Replay parked records first, in their order; those not due (or behind one that is not)
-        stay parked."""
-        ctl, replay = self.ctl, self.parked_replay
-        self.parked_replay = []
+    async def _intake_parked(self, replay: list[ParkedItem] | None = None) -> None:
+        """Replay parked records (``replay``, else those given to ``replay_parked``) in their
+        order; those not due (or behind one that is not) stay parked."""
+        ctl = self.ctl
+        if replay is None:
+            replay, self.parked_replay = self.parked_replay, []
         now = self.defer.clock() if self.defer is not None else time.time()
         for i, item in enumerate(replay):
             if ctl.records_inside >= self.capacity:
                 await self._wait_capacity()
             if self.holding or self.failure is not None:
-                self.unreplayed = replay[i:]
+                if self.spill is not None:
+                    await self._spill_out(replay[i:])
+                else:
+                    self.unreplayed.extend(replay[i:])
                 return
             entry = ctl.admit_parked(item, now)
             if entry is not None:
@@ -173,11 +180,22 @@ class Runtime:
         self.replay = []
 
     async def _intake_sync(self, source: Iterable[Any]) -> None:
+        if type(source) is ParkedBatch:
+            await self._intake_parked(source)
+            return
         ctl, capacity, counters = self.ctl, self.capacity, self.counters
         iterator = iter(source)
         while True:
             if self.holding:
-                self.unadmitted.extend(iterator)
+                if self.spill is None:
+                    self.unadmitted.extend(iterator)
+                    return
+                key_of = self.op.key_selector
+                assert key_of is not None
+                while chunk := list(islice(iterator, _SPILL_CHUNK)):
+                    await self._spill_out(
+                        [ParkedItem(r, key_of(r)) for r in chunk if type(r) is not Watermark]
+                    )
                 return
             room = capacity - ctl.records_inside
             if room <= 0:
@@ -223,6 +241,29 @@ class Runtime:
                 await self._intake_sync(element)
             else:
                 await self._intake_sync((element,))
+
+    async def _spill_out(self, items: list[ParkedItem]) -> None:
+        """Hand parked records to the consumer, waiting while it has not taken the last ones:
+        input read after a hold leaves as fast as it is read, never piling up."""
+        assert self.spill is not None
+        self.spill.extend(items)
+        self._notify()
+        if len(self.spill) >= _SPILL_CHUNK and self.failure is None:
+            waiter = self.loop.create_future()
+            self._spill_waiter = waiter
+            await waiter
+
+    def take_spill(self) -> list[ParkedItem]:
+        """The parked records to write out now (emit_parked)."""
+        spill = self.spill
+        if not spill:
+            return []
+        items = spill[:]
+        spill.clear()
+        waiter, self._spill_waiter = self._spill_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        return items
 
     async def _wait_capacity(self) -> None:
         if self.holding:
@@ -278,9 +319,9 @@ class Runtime:
     def _set_failure(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
-        waiter = self._capacity_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        for waiter in (self._capacity_waiter, self._spill_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         self._notify()
 
     @property
@@ -290,7 +331,9 @@ class Runtime:
         if self.ctl.idle:
             return True
         # held: done once nothing runs any more and everything that may leave has left
-        return self.holding and not self._running and not self._batches and not self.ctl.out
+        return (
+            self.holding and not self._running and not self._batches and not self.ctl.out and not self.spill
+        )
 
     # ------------------------------------------------------------------ holding and parking
 

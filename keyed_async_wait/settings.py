@@ -92,6 +92,7 @@ class OperatorSettings:
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     eager_start: bool | None = None
     track_latency: bool = False
+    emit_parked: bool = False
 
     def __post_init__(self) -> None:
         mode = OutputMode.parse(self.mode)
@@ -125,6 +126,11 @@ class OperatorSettings:
         }
         if self.eager_start is not None:
             values["eager_start"] = bool(self.eager_start)
+        if self.emit_parked and (mode is not OutputMode.KEY_ORDERED or values["output"] != "pairs"):
+            raise ConfigError(
+                "emit_parked", self.emit_parked, "True only with KEY_ORDERED and output='pairs'"
+            )
+        values["emit_parked"] = bool(self.emit_parked)
         for name, value in values.items():
             object.__setattr__(self, name, value)
 

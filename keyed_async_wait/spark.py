@@ -28,7 +28,7 @@ from .parking import DeferPolicy
 from .retry import RetryStrategy
 from .settings import OperatorSettings, check_instance, check_positive_int, check_seconds
 from .spark_parking import STATE_COLUMN, ParkingPlan
-from .spark_state import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
+from .spark_stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .spark_worker import Plan, run_partition
 
 __all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
@@ -210,7 +210,8 @@ class AsyncDataStream:
         df: DataFrame, fn: Any, key: str | Sequence[str] | Any, **options: Any
     ) -> KeyedStream:
         """``key_ordered_wait`` for Structured Streaming with unfinished rows kept as keyed state
-        across micro-batches (FLIP-455/519); see :mod:`keyed_async_wait.spark_state`.
+        across micro-batches (FLIP-455/519); see :mod:`keyed_async_wait.spark_stream` and
+        :mod:`keyed_async_wait.spark_state`.
 
         Required: ``sink(df, batch_id)`` (make it idempotent per batch id: overwrite the
         batch's output) and ``checkpoint_location``. Options: ``order_by``; ``time_cap``
@@ -218,8 +219,11 @@ class AsyncDataStream:
         parked, with every later row of its key); ``on_error="defer"`` (a row whose retries
         are exhausted is parked and retried in a later micro-batch, per ``defer``, a
         DeferPolicy; after ``max_defer_age`` seconds it becomes an error row); ``heartbeat``
-        (seconds: keep micro-batches, and so retries of parked rows, going without new input);
-        ``num_partitions``; ``keep_versions``; and the options of ``key_ordered_wait``.
+        (seconds: keep micro-batches, and so retries of parked rows, going without new input;
+        fixed per checkpoint); ``num_partitions``; ``keep_versions`` (>= 2); ``replay_rows``
+        (parked rows replayed per micro-batch at most; default 4x the last micro-batch's output,
+        at least 10,000); ``state_window`` (micro-batches a segment of state lives before it is
+        compacted; 16); and the options of ``key_ordered_wait``.
         """
         return _key_ordered_stream(df, fn, key, **options)
 
@@ -240,6 +244,8 @@ def _key_ordered_stream(
     heartbeat: float | None = None,
     num_partitions: int | None = None,
     keep_versions: int = 3,
+    replay_rows: int | None = None,
+    state_window: int = 16,
     **options: Any,
 ) -> KeyedStream:
     if not df.isStreaming:
@@ -256,11 +262,12 @@ def _key_ordered_stream(
     sort_by = _order_columns(df, order_by)
     check_positive_int("num_partitions", num_partitions, optional=True)
     check_positive_int("keep_versions", keep_versions)
+    check_positive_int("replay_rows", replay_rows, optional=True)
+    check_positive_int("state_window", state_window)
     _check_state_types(df.schema)
     if on_error != "fail" and error_column is None:
         error_column = "_error"  # failed (or too long deferred) rows come out with their cause
-    counts = df.sparkSession.sparkContext.accumulator([0, 0], _ListAdd())
-    parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age), counts=counts)
+    parking = ParkingPlan(time_cap, defer_policy(on_error, defer, max_defer_age))
     key_arg: Any = columns[0] if len(columns) == 1 else columns
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
 
@@ -275,7 +282,8 @@ def _key_ordered_stream(
     )
     return KeyedStream(
         df,
-        parking_stage(plan, out, parking),
+        parking_stage(plan, out),
+        parking,
         key_columns=columns,
         order_by=sort_by,
         sink=sink,
@@ -283,7 +291,8 @@ def _key_ordered_stream(
         num_partitions=num_partitions,
         heartbeat=heartbeat,
         keep_versions=keep_versions,
-        counts=counts,
+        replay_rows=replay_rows,
+        state_window=state_window,
     )
 
 

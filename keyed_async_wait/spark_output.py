@@ -23,6 +23,8 @@ from .spark_values import ValueMismatch, column_converter, row_fixer, sort_key
 
 __all__ = ["ResultSchemaError", "RowSource", "key_text"]
 
+_RETAINED = 16  # input batches held before the mostly-finished ones are compacted
+
 ERROR_FIELDS = ("error_type", "error_message", "attempts")
 
 
@@ -47,8 +49,11 @@ class RowSource:
         self.plan = plan
         self._batches: dict[int, pa.RecordBatch] = {}
         self._left: dict[int, int] = {}  # rows of each batch not yet out
+        self._offsets: dict[int, int] = {}  # position of each batch's first row in the task input
+        self._rows_in = 0
         self._where: dict[int, tuple[int, int]] = {}  # id(row) -> (batch number, row in batch)
         self._count = 0
+        self._positions: dict[int, int] = {}  # id(row) -> input position, for rows compacted
         self._fix: Any = None
         self._fixed_for: pa.Schema | None = None
         out = plan.out_schema
@@ -68,6 +73,10 @@ class RowSource:
         self._count += 1
         self._batches[number] = batch
         self._left[number] = len(rows)
+        self._offsets[number] = self._rows_in
+        self._rows_in += len(rows)
+        if len(self._batches) > _RETAINED:
+            self._compact()
         self._where.update(zip(map(id, rows), ((number, i) for i in range(len(rows))), strict=True))
         return rows
 
@@ -100,6 +109,8 @@ class RowSource:
             extra = state[n] if state is not None else None
             if isinstance(item, FailedRecord):
                 position = where.pop(id(item.record))
+                if self._positions:
+                    self._positions.pop(id(item.record), None)
                 done.append(position[0])
                 positions.append(position)
                 results.append(None)
@@ -114,6 +125,8 @@ class RowSource:
                 continue
             record, found = item
             position = where.pop(id(record))
+            if self._positions:
+                self._positions.pop(id(record), None)
             done.append(position[0])
             if not found:
                 if left or extra is not None:
@@ -214,6 +227,32 @@ class RowSource:
             if not left[number]:
                 del left[number]
                 del self._batches[number]
+                del self._offsets[number]
+
+    def _compact(self) -> None:
+        """Keep only the live rows of batches that are mostly out: a few slow rows must not
+        hold many whole Arrow batches (memory stays bounded by capacity, not by batch size)."""
+        live: dict[int, list[tuple[int, int]]] = {}
+        for ident, (number, row) in self._where.items():
+            live.setdefault(number, []).append((row, ident))
+        for number, rows in live.items():
+            batch = self._batches[number]
+            if len(rows) * 4 > batch.num_rows or number == self._count - 1:
+                continue
+            rows.sort()
+            self._batches[number] = batch.take(pa.array([row for row, _ in rows], type=pa.int64()))
+            base = self._offsets[number]
+            for i, (row, ident) in enumerate(rows):
+                self._positions.setdefault(ident, base + row)  # where it was in the input
+                self._where[ident] = (number, i)
+
+    def position(self, record: dict[str, Any]) -> int:
+        """A row's position in the task's input (orders parked rows of a key)."""
+        moved = self._positions.get(id(record))
+        if moved is not None:
+            return moved
+        number, row = self._where[id(record)]
+        return self._offsets[number] + row
 
     def record_position(self, record: dict[str, Any]) -> tuple[int, int]:
         """Where a row dict came from (it stays known)."""

@@ -3,8 +3,11 @@ parked rows of earlier micro-batches first, then new rows; what does not finish 
 parked rows again.
 
 A row is parked when it carries the state column (a struct, see :data:`STATE_FIELDS`); new rows
-have it null. The partition arrives sorted: parked rows in their order, then new rows in arrival
-order, and every row of a key in this one partition (the driver repartitions by the key).
+have it null. The partition arrives sorted by Spark: parked rows in their order, then new rows
+in arrival order, and every row of a key in this one partition (the driver repartitions by the
+key). Rows stream through: the task holds no more than the operator's capacity and one Arrow
+batch, whatever the size of its share of the micro-batch; a parked row leaves the moment it is
+parked, with its position in the task's input as its order.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
-from .operator import KeyedAsyncWaitOperator
-from .parking import DeferPolicy, ParkedItem, ParkInfo
+from .memory import PeakMemory
+from .parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
 from .spark_output import RowSource
 from .spark_worker import Plan, _operator, _report, drive, instance_of, lookup_counts, worker_loop
 
@@ -25,7 +28,8 @@ __all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition
 
 STATE_COLUMN = "_kaw_parked"
 STATE_FIELDS = (
-    ("order", "long"),  # position among the parked rows of the partition that wrote them
+    ("seg", "long"),  # the micro-batch that first parked the row (orders a key's rows with order)
+    ("order", "long"),  # position within that micro-batch's task input
     ("key_group", "int"),  # the core's stable hash of the key, in max_parallelism groups
     ("attempts", "int"),
     ("deferrals", "int"),
@@ -40,24 +44,8 @@ class ParkingPlan:
     time_cap: float | None  # seconds a task may start work for; None: no cap
     defer: DeferPolicy | None  # with on_error="defer"
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
-    counts: Any = None  # an accumulator of [new rows, replayed rows], for the batch reports
-
-
-def _split(
-    source: RowSource, iterator: Iterator[Any]
-) -> tuple[list[tuple[dict[str, Any], Any]], list[dict[str, Any]]]:
-    """``(parked rows with their state, in their order; new rows)``, the state column taken out."""
-    parked: list[tuple[dict[str, Any], Any]] = []
-    new: list[dict[str, Any]] = []
-    for rows in source.chunks(iterator):
-        for row in rows:
-            state = row.pop(STATE_COLUMN)
-            if state is None:
-                new.append(row)
-            else:
-                parked.append((row, state))
-    parked.sort(key=lambda pair: pair[1]["order"])
-    return parked, new
+    counts: Any = None  # accumulator: [new, replayed, peak KiB a task added, rows out, rows parked]
+    batch_id: int = 0  # the micro-batch: what re-parked rows carry as their seg
 
 
 def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> ParkedItem:
@@ -71,9 +59,10 @@ def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> Par
     return ParkedItem(row, key_of(row), info)
 
 
-def _parked_state(item: ParkedItem, order: int, max_parallelism: int) -> dict[str, Any]:
+def _state(item: ParkedItem, seg: int, order: int, max_parallelism: int) -> dict[str, Any]:
     info = item.info
     return {
+        "seg": seg,
         "order": order,
         "key_group": key_group_for(item.key, max_parallelism),
         "attempts": info.attempts,
@@ -84,50 +73,76 @@ def _parked_state(item: ParkedItem, order: int, max_parallelism: int) -> dict[st
     }
 
 
+class _Intake:
+    """The partition as operator chunks: ParkedBatch for parked rows, lists for new ones."""
+
+    def __init__(self, source: RowSource, key_of: Any) -> None:
+        self.source, self.key_of = source, key_of
+        self.new = self.replayed = 0
+
+    def chunks(self, batches: Iterator[Any]) -> Iterator[list[Any]]:
+        key_of = self.key_of
+        for rows in self.source.chunks(batches):
+            parked: list[ParkedItem] = []
+            new: list[dict[str, Any]] = []
+            for row in rows:
+                state = row.pop(_STATE)
+                if state is None:
+                    new.append(row)
+                else:
+                    parked.append(_parked_item(row, state, key_of))
+            self.new += len(new)
+            self.replayed += len(parked)
+            if parked:  # sorted input: a batch's parked rows come before its new ones
+                yield ParkedBatch(parked)
+            if new:
+                yield new
+
+
+_STATE = STATE_COLUMN
+
+
 def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: replay this partition's parked rows, run the new ones until the time cap,
-    and emit results (state column null) followed by the rows parked again (state set)."""
+    and emit results (state column null) and the rows parked again (state set), as they come."""
+    memory = PeakMemory()
     worker = worker_loop()
     loop = worker.loop
     adapter = worker.function(plan.token, plan.function)
-    op: KeyedAsyncWaitOperator = _operator(plan, adapter, defer=parking.defer)
+    op = _operator(plan, adapter, defer=parking.defer, emit_parked=True)
     started = time.monotonic()
     source = RowSource(plan)
-    rows, new = _split(source, iterator)
-    if parking.counts is not None:
-        parking.counts.add([len(new), len(rows)])
     key_of = op.key_selector
     assert key_of is not None
-    op.replay_parked([_parked_item(row, state, key_of) for row, state in rows])
+    intake = _Intake(source, key_of)
     instance = instance_of(adapter)
     before = lookup_counts(instance)
     cap = loop.call_later(parking.time_cap, op.hold) if parking.time_cap is not None else None
-    outputs = op.process_batches(new[i : i + 10_000] for i in range(0, len(new), 10_000))
-    rows_out = 0
+    rows_out = parked_out = 0
     peaks = {"in_flight": 0, "blocked_keys": 0}
     try:
-        with contextlib.closing(drive(loop, outputs)) as produced:
+        with contextlib.closing(drive(loop, op.process_batches(intake.chunks(iterator)))) as produced:
             for chunk in produced:
                 gauges = op.stats
                 peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
                 peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
-                batch = source.assemble(chunk)
-                rows_out += batch.num_rows
-                yield batch
+                parked = [item for item in chunk if type(item) is ParkedItem]
+                if len(parked) != len(chunk):
+                    batch = source.assemble([item for item in chunk if type(item) is not ParkedItem])
+                    rows_out += batch.num_rows
+                    yield batch
+                if parked:
+                    parked_out += len(parked)
+                    yield _parked_batch(source, parked, parking)
     finally:
         if cap is not None:
             cap.cancel()
         _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
-    left = op.leftover
-    base = _partition_id() << 32
-    for i in range(0, len(left), 10_000):
-        part = left[i : i + 10_000]
-        states = [_parked_state(item, base + i + n, parking.max_parallelism) for n, item in enumerate(part)]
-        yield source.assemble([(item.record, []) for item in part], state=states)
+        if parking.counts is not None:
+            parking.counts.add([intake.new, intake.replayed, memory.growth_kib(), rows_out, parked_out])
 
 
-def _partition_id() -> int:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return context.partitionId() if context is not None else 0
+def _parked_batch(source: RowSource, items: list[ParkedItem], parking: ParkingPlan) -> Any:
+    seg, groups = parking.batch_id, parking.max_parallelism
+    states = [_state(item, seg, source.position(item.record), groups) for item in items]
+    return source.assemble([(item.record, []) for item in items], state=states)

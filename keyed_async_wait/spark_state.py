@@ -1,244 +1,443 @@
-"""Rescale-safe streaming on Spark: unfinished records kept as keyed state across micro-batches.
+"""Parked rows as keyed state under ``<checkpoint>/async_state/``: versioned, verified, written
+incrementally. All of it is read and written through DataFrames (any filesystem Spark supports,
+no JVM call from Python), and nothing is ever deleted except by overwriting a slot that no
+version still needed refers to.
 
-    stream = AsyncDataStream.key_ordered_stream(orders, users, key="order_id", order_by="seq",
-                                                sink=write_batch, checkpoint_location=path,
-                                                time_cap=5.0, on_error="defer")
-    query = stream.start(processingTime="2 seconds")
+Layout (``S = window + keep`` slots, a micro-batch ``n`` uses slot ``n % S``):
 
-Each micro-batch (``foreachBatch``):
+- ``init/``: when the state began (the first micro-batch), its format, window and keep.
+- ``seg/<slot>/``: parquet, the rows micro-batch ``n`` parked: rows it ran that did not finish,
+  new rows of keys that stayed parked, and rows of older segments compacted into it.
+- ``rm/<slot>/``: parquet, the keys micro-batch ``n`` took out of the older segments (it
+  replayed them); a row of segment ``f`` is live unless its key is in a removal ``k > f``.
+- ``manifest/<slot>/``: the version ``n`` itself (JSON), written last: which segments and
+  removals make it up, their row counts, their files and the files' sizes.
 
-1. reads the parked rows the previous micro-batch left (version ``< batch_id``), unions them
-   with the new rows, repartitions by the key and sorts: per key, parked rows first, in order;
-2. runs the key-ordered operator per partition (``mapInArrow``) with the time cap and the error
-   policy; rows that do not finish, and every later row of their keys, come out parked;
-3. hands the finished rows to ``sink(df, batch_id)`` and writes the parked rows as version
-   ``batch_id`` under ``<checkpoint>/async_state/`` (parquet through Spark, so any filesystem
-   Spark supports), then drops versions older than the last ``keep_versions``.
-
-A re-run of a batch id (after a crash) reads the same earlier version again and overwrites its
-own, so it is idempotent given an idempotent sink (one that overwrites per batch id). Parked
-rows carry their key group (the core's stable hash), but no partitioning is stored: every
-micro-batch repartitions parked and new rows together by key, so a restart with another
-``spark.sql.shuffle.partitions``, other executors or another source partitioning keeps each key
-whole and in order.
+Invariants. Micro-batch ``n`` reads version ``n - 1`` and only that: it is the one the last
+committed micro-batch wrote (Spark runs ``n`` only once ``n - 1`` committed, and re-runs ``n``
+after a crash). A version refers to segments and removals of the last ``window`` micro-batches
+only (older segments are compacted into the new one), so writing slot ``n % S`` overwrites
+micro-batch ``n - S``'s files, which no version of the last ``keep`` refers to; with ``keep``
+at least 2, a crash between writing version ``n`` and Spark's commit of ``n`` finds version
+``n - 1`` whole. At the first micro-batch of every run the version read is verified: its
+manifest names the right micro-batch, and every file it lists is there with its size; its row
+count is checked again whenever it is read. Anything else is a :class:`StateError` naming the
+path and the micro-batch, before any lookup or sink call: never a silent fallback.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import StructType
 
-from .exceptions import ConfigError
-from .parking import DeferPolicy
-from .spark_parking import STATE_COLUMN, STATE_FIELDS, ParkingPlan, run_parking_partition
+from .exceptions import ConfigError, KeyedAsyncWaitError
 
-__all__ = ["BatchReport", "KeyedStream", "ParkedState"]
+__all__ = ["FORMAT", "ParkedStore", "Part", "StateError", "Version"]
 
-_TYPES = {"long": LongType(), "int": IntegerType(), "double": DoubleType(), "string": StringType()}
-STATE_STRUCT = StructType([StructField(name, _TYPES[kind], True) for name, kind in STATE_FIELDS])
-_TICK = "_kaw_tick"
+FORMAT = 2
+MIN_KEEP = 2
+DEFAULT_WINDOW = 16
 
 
-class ParkedState:
-    """Versions of the parked rows, one per micro-batch id, under ``location``.
+class StateError(KeyedAsyncWaitError):
+    """The parked state is missing or damaged; names the path and the micro-batch, and says how
+    to get out (``kaw-state``)."""
 
-    A version is committed when its directory holds ``_SUCCESS`` (Spark's commit marker, or ours
-    for an empty version, which also holds ``_EMPTY`` and no data).
-    """
-
-    def __init__(self, spark: SparkSession, location: str, keep: int = 3) -> None:
-        if keep < 1:
-            raise ConfigError("keep_versions", keep, "an integer >= 1")
-        self.spark = spark
-        self.location = location.rstrip("/")
-        self.keep = keep
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        root = self._Path(self.location)
-        self._fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-    def path(self, batch_id: int) -> str:
-        return f"{self.location}/batch-{batch_id:012d}"
-
-    def versions(self) -> list[int]:
-        """Committed versions, oldest first."""
-        root = self._Path(self.location)
-        if not self._fs.exists(root):
-            return []
-        found = []
-        for status in self._fs.listStatus(root):
-            name = status.getPath().getName()
-            if name.startswith("batch-") and self._fs.exists(self._Path(status.getPath(), "_SUCCESS")):
-                found.append(int(name[len("batch-") :]))
-        return sorted(found)
-
-    def read_before(self, batch_id: int, schema: StructType) -> tuple[int | None, DataFrame | None]:
-        """The newest committed version below ``batch_id`` (None if none or empty)."""
-        older = [v for v in self.versions() if v < batch_id]
-        if not older:
-            return None, None
-        version = older[-1]
-        if self._fs.exists(self._Path(self.path(version), "_EMPTY")):
-            return version, None
-        return version, self.spark.read.schema(schema).parquet(self.path(version))
-
-    def write(self, batch_id: int, parked: DataFrame, empty: bool) -> None:
-        target = self.path(batch_id)
-        if empty:
-            path = self._Path(target)
-            if self._fs.exists(path):
-                self._fs.delete(path, True)
-            self._fs.mkdirs(path)
-            self._fs.create(self._Path(path, "_EMPTY")).close()
-            self._fs.create(self._Path(path, "_SUCCESS")).close()
-        else:
-            parked.sortWithinPartitions(F.col(STATE_COLUMN + ".key_group")).write.mode("overwrite").parquet(
-                target
-            )
-        versions = self.versions()
-        for version in versions[: -self.keep]:
-            if version < batch_id:
-                self._fs.delete(self._Path(self.path(version)), True)
+    def __init__(self, message: str, *, path: str, batch_id: int | None) -> None:
+        self.path, self.batch_id = path, batch_id
+        where = f" (micro-batch {batch_id})" if batch_id is not None else ""
+        super().__init__(
+            f"parked state at {path}{where}: {message}. Nothing ran. Inspect it with "
+            f"`kaw-state verify <checkpoint>`; `kaw-state rewind` re-runs micro-batches from the source "
+            "(exactly-once kept, if the source still has them), `kaw-state accept-loss` goes on without "
+            "the damaged rows (see the README, 'Parked state')"
+        )
 
 
 @dataclass(frozen=True)
-class BatchReport:
-    batch_id: int
-    rows_in: int  # new rows of this micro-batch
-    replayed: int  # parked rows read back from the previous version
-    rows_out: int  # rows handed to the sink
-    parked: int  # rows parked for the next micro-batch
-    seconds: float
+class Part:
+    """One directory written by one micro-batch: a segment or a removal set."""
+
+    batch: int
+    rows: int
+    files: tuple[tuple[str, int], ...]  # (file name, its rows): a file gone or unreadable shows
+    fresh: int = 0  # rows the micro-batch itself parked (the rest: compacted from older segments)
+    latest_try: float | None = None  # the latest next_try of its rows (None: every row is due)
+    earliest_try: float | None = None  # the earliest (None: a row is due at once)
 
 
-class KeyedStream:
-    """A key-ordered async stage over a streaming DataFrame, with parked rows as keyed state.
-
-    :meth:`start` starts the query; :attr:`reports` (one per micro-batch, this run) and
-    :meth:`wait_until` follow it."""
-
-    def __init__(
-        self,
-        df: DataFrame,
-        build: Callable[[DataFrame], DataFrame],
-        *,
-        key_columns: list[str],
-        order_by: list[str],
-        sink: Callable[[DataFrame, int], None],
-        checkpoint_location: str,
-        num_partitions: int | None,
-        heartbeat: float | None,
-        keep_versions: int,
-        counts: Any = None,
-    ) -> None:
-        self._spark = df.sparkSession
-        self._build = build
-        self._key_columns = key_columns
-        self._order_by = order_by
-        self._sink = sink
-        self._checkpoint = checkpoint_location.rstrip("/")
-        self._num_partitions = num_partitions
-        self._input_columns = list(df.columns)
-        self._state_schema = StructType([*df.schema.fields, StructField(STATE_COLUMN, STATE_STRUCT, True)])
-        self.state = ParkedState(self._spark, self._checkpoint + "/async_state", keep_versions)
-        self._source = _with_heartbeat(df, heartbeat) if heartbeat else df
-        self._heartbeat = heartbeat is not None
-        self._counts = counts  # accumulator: [new rows, replayed rows] read by the tasks
-        self.reports: list[BatchReport] = []
-        self._changed = threading.Condition()
-
-    def start(self, **trigger: Any) -> StreamingQuery:
-        """Start the query (``trigger`` as for ``DataStreamWriter.trigger``, e.g.
-        ``processingTime="2 seconds"``)."""
-        writer = self._source.writeStream.foreachBatch(self._process).option(
-            "checkpointLocation", self._checkpoint
-        )
-        if trigger:
-            writer = writer.trigger(**trigger)
-        return writer.start()
-
-    def wait_until(self, condition: Callable[[list[BatchReport]], bool], timeout: float) -> bool:
-        """Wait (at most ``timeout`` seconds) until ``condition(reports)`` holds."""
-        with self._changed:
-            return self._changed.wait_for(lambda: condition(self.reports), timeout)
+@dataclass(frozen=True)
+class Version:
+    batch: int
+    rows: int  # live parked rows
+    segments: tuple[Part, ...] = ()
+    removals: tuple[Part, ...] = ()
+    format: int = FORMAT
 
     @property
-    def parked(self) -> int:
-        return self.reports[-1].parked if self.reports else 0
+    def latest_try(self) -> float | None:
+        """The latest next_try of any row (None: every row is due now)."""
+        tries = [p.latest_try for p in self.segments if p.latest_try is not None]
+        return max(tries) if tries else None
 
-    def _process(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        spark = batch.sparkSession
-        if self._heartbeat:
-            batch = batch.where(~F.col(_TICK)).drop(_TICK)
-        new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
-        _, parked = self.state.read_before(batch_id, self._state_schema)
-        both = new if parked is None else new.unionByName(parked)
-        n = self._num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-        origin = F.when(F.col(STATE_COLUMN).isNull(), F.lit(1)).otherwise(F.lit(0))
-        both = both.repartition(n, *self._key_columns).sortWithinPartitions(
-            origin, F.col(STATE_COLUMN + ".order"), *self._order_by
-        )
-        before = list(self._counts.value) if self._counts is not None else [0, 0]
-        enriched = self._build(both).persist(StorageLevel.MEMORY_AND_DISK)
+    @property
+    def earliest_try(self) -> float | None:
+        """The earliest next_try of any row (None: some row is due now)."""
+        tries = [p.earliest_try for p in self.segments]
+        return None if not tries or None in tries else min(t for t in tries if t is not None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Version:
+        data = json.loads(text)
+        parts = {
+            name: tuple(
+                Part(
+                    p["batch"],
+                    p["rows"],
+                    tuple(map(tuple, p["files"])),
+                    p["fresh"],
+                    p["latest_try"],
+                    p["earliest_try"],
+                )
+                for p in data[name]
+            )
+            for name in ("segments", "removals")
+        }
+        return cls(data["batch"], data["rows"], parts["segments"], parts["removals"], data["format"])
+
+
+@dataclass(frozen=True)
+class Layout:
+    first_batch: int
+    window: int
+    keep: int
+    heartbeat: bool = False  # the query has the heartbeat source (Spark fixes a query's sources)
+    format: int = FORMAT
+
+    @property
+    def slots(self) -> int:
+        return self.window + self.keep
+
+
+@dataclass
+class ParkedStore:
+    spark: SparkSession
+    checkpoint: str  # the query's checkpoint location
+    keep: int = 3
+    window: int = DEFAULT_WINDOW
+    heartbeat: bool = False
+    layout: Layout | None = field(default=None, init=False)
+    _last: Version | None = field(default=None, init=False)  # the version this run wrote last
+
+    def __post_init__(self) -> None:
+        self.checkpoint = self.checkpoint.rstrip("/")
+        if isinstance(self.keep, bool) or not isinstance(self.keep, int) or self.keep < MIN_KEEP:
+            raise ConfigError(
+                "keep_versions",
+                self.keep,
+                f"an integer >= {MIN_KEEP}: writing version n replaces version n - keep, and with 1 a "
+                "crash between writing version n and Spark's commit of micro-batch n would leave no "
+                "version to re-run from",
+            )
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ConfigError("state window", self.window, "an integer >= 1")
+
+    # ------------------------------------------------------------------ paths
+
+    @property
+    def root(self) -> str:
+        return f"{self.checkpoint}/async_state"
+
+    def path(self, kind: str, batch: int) -> str:
+        assert self.layout is not None
+        return f"{self.root}/{kind}/{batch % self.layout.slots:04d}"
+
+    # ------------------------------------------------------------------ opening
+
+    def open(self, batch_id: int) -> Version | None:
+        """The version micro-batch ``batch_id`` starts from (None: no parked state yet),
+        verified at the first call of a run."""
+        if self._last is not None and self._last.batch == batch_id - 1:
+            return self._last  # written by this run: verified as it was written
+        if self.layout is None:
+            self.layout = self._read_layout(batch_id)
+        layout = self.layout
+        if batch_id < layout.first_batch:
+            raise StateError(
+                f"the state begins at micro-batch {layout.first_batch}, the query is at {batch_id}",
+                path=self.root,
+                batch_id=batch_id,
+            )
+        if batch_id == layout.first_batch:
+            return None
+        version = self._read_version(batch_id - 1)
+        self._verify(version)
+        return version
+
+    def _read_layout(self, batch_id: int) -> Layout:
+        text = _read_text(self.spark, f"{self.root}/init")
+        if text is None:
+            committed = _committed_batches(self.spark, self.checkpoint)
+            earlier = [b for b in committed if b < batch_id]
+            if earlier:
+                raise StateError(
+                    f"the query committed micro-batches up to {max(earlier)} but there is no parked state "
+                    "(async_state/init is missing): its parked rows are gone",
+                    path=f"{self.root}/init",
+                    batch_id=batch_id,
+                )
+            layout = Layout(batch_id, self.window, self.keep, self.heartbeat)
+            _write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)))
+            return layout
+        data = json.loads(text)
+        layout = Layout(**data)
+        if layout.format != FORMAT:
+            raise StateError(
+                f"format {layout.format}; this version reads {FORMAT}", path=self.root, batch_id=None
+            )
+        if (layout.keep, layout.window) != (self.keep, self.window):
+            raise ConfigError(
+                "keep_versions",
+                self.keep,
+                f"{layout.keep}, what this checkpoint's state was made with (its layout is fixed)",
+            )
+        return layout
+
+    def check_query(self) -> None:
+        """Before a query starts: its shape must be the one the checkpoint began with (Spark
+        fails a query whose sources differ from its checkpoint's, with a message that does not
+        say why)."""
+        text = _read_text(self.spark, f"{self.root}/init")
+        if text is None:
+            return
+        began = Layout(**json.loads(text))
+        if began.heartbeat != self.heartbeat:
+            allowed = "a heartbeat, as" if began.heartbeat else "no heartbeat, as"
+            raise ConfigError(
+                "heartbeat",
+                "set" if self.heartbeat else None,
+                f"{allowed} when this checkpoint began (the heartbeat is a source of the query, and "
+                "Spark fixes a query's sources in its checkpoint): use another checkpoint to change it",
+            )
+
+    def _read_version(self, batch: int) -> Version:
+        path = self.path("manifest", batch)
+        text = _read_text(self.spark, path)
+        if text is None:
+            raise StateError(f"version {batch} is missing (no manifest)", path=path, batch_id=batch + 1)
         try:
-            finished = enriched.where(F.col(STATE_COLUMN).isNull()).drop(STATE_COLUMN)
-            self._sink(finished, batch_id)
-            left = enriched.where(F.col(STATE_COLUMN).isNotNull()).select(*self._input_columns, STATE_COLUMN)
-            counts = enriched.select(
-                F.count(F.when(F.col(STATE_COLUMN).isNull(), 1)).alias("out"),
-                F.count(F.col(STATE_COLUMN)).alias("parked"),
-            ).first()
-            assert counts is not None
-            self.state.write(batch_id, left, empty=counts["parked"] == 0)
-            after = list(self._counts.value) if self._counts is not None else [0, 0]
-            rows_in, replayed = after[0] - before[0], after[1] - before[1]
-        finally:
-            enriched.unpersist()
-        report = BatchReport(
-            batch_id, rows_in, replayed, counts["out"], counts["parked"], time.monotonic() - started
+            version = Version.from_json(text)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"the manifest is damaged ({exc})", path=path, batch_id=batch + 1) from exc
+        if version.batch != batch:
+            raise StateError(
+                f"the manifest is of micro-batch {version.batch}, not of {batch}: version {batch} is missing",
+                path=path,
+                batch_id=batch + 1,
+            )
+        return version
+
+    def _verify(self, version: Version) -> None:
+        """Every file the version lists is there, readable, with its rows."""
+        parts = [("seg", p) for p in version.segments] + [("rm", p) for p in version.removals]
+        if not parts:
+            return
+        try:
+            found = self._stats([(kind, part.batch) for kind, part in parts], version.batch)
+        except Exception as exc:
+            raise StateError(
+                f"version {version.batch} cannot be read ({type(exc).__name__}: {str(exc)[:300]})",
+                path=self.root,
+                batch_id=version.batch + 1,
+            ) from exc
+        for kind, part in parts:
+            path = self.path(kind, part.batch)
+            have = dict(found[(kind, part.batch)].files) if (kind, part.batch) in found else {}
+            for name, rows in part.files:
+                if name not in have:
+                    raise StateError(
+                        f"{name} of version {version.batch} is missing", path=path, batch_id=version.batch + 1
+                    )
+                if have[name] != rows:
+                    raise StateError(
+                        f"{name} of version {version.batch} holds {have[name]} rows, not the {rows} written",
+                        path=path,
+                        batch_id=version.batch + 1,
+                    )
+
+    # ------------------------------------------------------------------ reading
+
+    def live(
+        self, version: Version, schema: StructType, keys: Sequence[str], only: Sequence[int] | None = None
+    ) -> DataFrame | None:
+        """The live parked rows of ``version`` (of its segments ``only``, when given; None
+        when there are none)."""
+        segments = [p for p in version.segments if only is None or p.batch in only]
+        if not version.rows or not segments:
+            return None
+        spark = self.spark
+        rows = None
+        for part in segments:
+            df = (
+                spark.read.schema(schema)
+                .parquet(self.path("seg", part.batch))
+                .withColumn("_kaw_file", F.lit(part.batch))
+            )
+            rows = df if rows is None else rows.unionByName(df)
+        assert rows is not None
+        if version.removals:
+            removed = None
+            for part in version.removals:
+                df = (
+                    spark.read.parquet(self.path("rm", part.batch))
+                    .select(*keys)
+                    .withColumn("_kaw_removed", F.lit(part.batch))
+                )
+                removed = df if removed is None else removed.unionByName(df)
+            assert removed is not None
+            condition = [rows[k].eqNullSafe(removed[k]) for k in keys] + [
+                removed["_kaw_removed"] > rows["_kaw_file"]
+            ]
+            rows = rows.join(removed, on=condition, how="left_anti")
+        return rows.drop("_kaw_file")
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, kind: str, df: DataFrame, batch_id: int) -> None:
+        """Write micro-batch ``batch_id``'s segment (``"seg"``) or removal set (``"rm"``)."""
+        df.write.mode("overwrite").parquet(self.path(kind, batch_id))
+
+    def commit(
+        self,
+        batch_id: int,
+        previous: Version | None,
+        written: Sequence[str],
+        replayed: int,
+        all_replayed: bool,
+    ) -> Version:
+        """Version ``batch_id``, from ``previous``, the parts written (``"seg"``, ``"rm"``) and the
+        rows replayed (``all_replayed``: every key of ``previous`` was); its manifest written last."""
+        assert self.layout is not None
+        parts = self._stats([(kind, batch_id) for kind in written], batch_id) if written else {}
+        segment, removal = parts.get(("seg", batch_id)), parts.get(("rm", batch_id))
+        segments, removals = ([], []) if all_replayed else self._kept(batch_id, previous)
+        if segment is not None and segment.rows:
+            segments.append(segment)
+        if removal is not None and removal.rows and segments:
+            removals.append(removal)
+        oldest = min((p.batch for p in segments), default=batch_id)
+        removals = [r for r in removals if r.batch > oldest]
+        fresh = segment.fresh if segment is not None else 0
+        rows = (previous.rows if previous is not None else 0) - replayed + fresh
+        version = Version(batch_id, rows, tuple(segments), tuple(removals))
+        _write_text(self.spark, self.path("manifest", batch_id), version.to_json())
+        self._last = version
+        return version
+
+    def _stats(self, parts: Sequence[tuple[str, int]], batch_id: int) -> dict[tuple[str, int], Part]:
+        """Per part: its files and their rows, and for a segment the rows of ``batch_id`` and the
+        latest next_try; one Spark job over every part, from the parquet files themselves."""
+        spark = self.spark
+        frames = []
+        for kind, batch in parts:
+            df = spark.read.parquet(self.path(kind, batch))
+            if kind == "seg":
+                fresh = F.when(F.col("_kaw_parked.seg") == batch_id, 1)
+                latest = F.col("_kaw_parked.next_try")
+                now = F.when(latest.isNull(), 1)
+            else:
+                fresh, latest, now = F.lit(None), F.lit(None).cast("double"), F.lit(None)
+            frames.append(
+                df.select(
+                    F.lit(kind).alias("kind"),
+                    F.lit(batch).cast("long").alias("batch"),
+                    F.input_file_name().alias("file"),
+                    fresh.alias("fresh"),
+                    latest.alias("latest"),
+                    now.alias("now"),
+                )
+            )
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        rows = (
+            union.groupBy("kind", "batch", "file")
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count("fresh").alias("fresh"),
+                F.max("latest").alias("latest"),
+                F.min("latest").alias("earliest"),
+                F.count("now").alias("now"),
+            )
+            .collect()
         )
-        with self._changed:
-            self.reports.append(report)
-            self._changed.notify_all()
+        out: dict[tuple[str, int], Part] = {}
+        for kind, batch in parts:
+            mine = [r for r in rows if r.kind == kind and r.batch == batch]
+            files = tuple(sorted((r.file.rsplit("/", 1)[-1], int(r.rows)) for r in mine))
+            tries = [r.latest for r in mine if r.latest is not None]
+            firsts = [r.earliest for r in mine if r.earliest is not None]
+            due_now = any(int(r.now) for r in mine) or not firsts
+            out[(kind, batch)] = Part(
+                batch,
+                sum(int(r.rows) for r in mine),
+                files,
+                fresh=sum(int(r.fresh) for r in mine),
+                latest_try=max(tries) if tries else None,
+                earliest_try=None if due_now else min(firsts),
+            )
+        return out
+
+    def _kept(self, batch_id: int, previous: Version | None) -> tuple[list[Part], list[Part]]:
+        """The previous version's segments still in the window, and its removals."""
+        if previous is None:
+            return [], []
+        aged = set(self.aged(batch_id, previous))
+        return [p for p in previous.segments if p.batch not in aged], list(previous.removals)
+
+    def aged(self, batch_id: int, previous: Version | None) -> list[int]:
+        """The segments micro-batch ``batch_id`` must compact into its own (out of the window)."""
+        if previous is None:
+            return []
+        assert self.layout is not None
+        horizon = batch_id - self.layout.window
+        return [p.batch for p in previous.segments if p.batch <= horizon]
 
 
-def _with_heartbeat(df: DataFrame, seconds: float) -> DataFrame:
-    """``df`` plus a tick row every ``seconds``, so that micro-batches keep running (and parked
-    rows keep being retried) while no new input arrives; the ticks are dropped again."""
-    ticks = (
-        df.sparkSession.readStream.format("rate")
-        .option("rowsPerSecond", 1)
-        .option("numPartitions", 1)
-        .load()
-        .where(F.col("value") % max(1, int(seconds)) == 0)
-    )
-    ticks = ticks.select(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in df.schema.fields], F.lit(True).alias(_TICK)
-    )
-    return df.withColumn(_TICK, F.lit(False)).unionByName(ticks)
+# ---------------------------------------------------------------------- small files, through Spark
 
 
-def parking_stage(plan: Any, schema: StructType, parking: ParkingPlan) -> Callable[[DataFrame], DataFrame]:
-    """The mapInArrow stage a :class:`KeyedStream` runs per micro-batch."""
-    return lambda both: both.mapInArrow(partial(run_parking_partition, plan, parking), schema)
+def _read_text(spark: SparkSession, path: str) -> str | None:
+    from pyspark.errors import AnalysisException
+
+    try:
+        lines = spark.read.text(path).collect()
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return None
+        raise
+    return "\n".join(row.value for row in lines) or None
 
 
-def defer_policy(on_error: str, defer: DeferPolicy | None, max_defer_age: float | None) -> DeferPolicy | None:
-    if on_error != "defer":
-        if defer is not None or max_defer_age is not None:
-            raise ConfigError("on_error", on_error, "'defer' when defer= or max_defer_age= is given")
-        return None
-    policy = defer or DeferPolicy()
-    return policy if max_defer_age is None else replace(policy, max_age=max_defer_age)
+def _write_text(spark: SparkSession, path: str, text: str) -> None:
+    spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
+
+
+def _committed_batches(spark: SparkSession, checkpoint: str) -> list[int]:
+    """The micro-batches Spark's commit log says committed."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        rows = spark.read.format("binaryFile").load(f"{checkpoint}/commits").select("path").collect()
+    except AnalysisException:
+        return []
+    names = [row.path.rsplit("/", 1)[-1] for row in rows]
+    return sorted(int(name) for name in names if name.isdigit())

@@ -155,7 +155,11 @@ def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any],
 
 
 def _operator(
-    plan: Plan, adapter: FunctionAdapter, gear: Gear | None = None, defer: DeferPolicy | None = None
+    plan: Plan,
+    adapter: FunctionAdapter,
+    gear: Gear | None = None,
+    defer: DeferPolicy | None = None,
+    emit_parked: bool = False,
 ) -> KeyedAsyncWaitOperator:
     settings = plan.settings
     capacity, batch_size = settings.capacity, settings.batch_size
@@ -174,6 +178,7 @@ def _operator(
         defer=defer,
         output="pairs",
         track_latency=plan.metrics is not None,
+        emit_parked=emit_parked,
     )
     return KeyedAsyncWaitOperator.from_settings(shared(adapter), settings)
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait import ConfigError, FailedRecord, KeyedAsyncWaitOperator, RetryStrategy
-from keyed_async_wait.parking import DeferPolicy, ParkedItem, ParkedKeys, ParkInfo
+from keyed_async_wait.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkedKeys, ParkInfo
 
 from .helpers import TurnsAction, next_turn, run
 
@@ -205,3 +205,83 @@ def test_parked_keys_keep_arrival_order() -> None:
     assert parked.take_if_parked("a", 3)
     assert [(i.key, i.record) for i in parked.items()] == [("a", 1), ("a", 3), ("b", 2)]
     assert len(parked) == 3 and parked.keys == 2 and "a" in parked
+
+
+# ---------------------------------------------------------------------- parked records streamed out
+
+
+async def _run_streaming(
+    op: KeyedAsyncWaitOperator, chunks: list[list[Any]], hold_after: int | None, peaks: list[int]
+) -> tuple[list[Any], list[ParkedItem]]:
+    """``process_batches`` with ``emit_parked``: (finished pairs, parked items as they left)."""
+    loop = asyncio.get_running_loop()
+    holder = None
+    if hold_after is not None:
+
+        async def hold_later() -> None:
+            for _ in range(hold_after):
+                await next_turn()
+            op.hold()
+
+        holder = loop.create_task(hold_later())
+    done: list[Any] = []
+    parked: list[ParkedItem] = []
+    async for chunk in op.process_batches(iter(chunks)):
+        items = [x for x in chunk if isinstance(x, ParkedItem)]
+        peaks.append(len(items))
+        parked += items
+        done += [x for x in chunk if not isinstance(x, ParkedItem)]
+    if holder is not None:
+        holder.cancel()
+        await asyncio.gather(holder, return_exceptions=True)
+    return done, parked
+
+
+@SETTINGS
+@given(
+    records=updates(),
+    capacity=st.integers(1, 8),
+    hold_after=st.one_of(st.none(), st.integers(0, 30)),
+    failing=st.sets(st.integers(0, 49), max_size=6),
+    chunk=st.integers(1, 7),
+)
+def test_emitted_parked_records_are_exactly_the_rest_and_replay_in_order(
+    records: list[dict], capacity: int, hold_after: int | None, failing: set[int], chunk: int
+) -> None:
+    """With ``emit_parked`` nothing is kept: finished records and parked ones leave as the run
+    goes; per key (ordered by arrival position, which is what a caller writes parked rows
+    with) the finished ones are a prefix and the parked ones the rest; and a second run fed
+    the parked ones as a ParkedBatch finishes them, in order, running nothing twice."""
+    clock = Clock()
+    action = TurnsAction(fail=[(i, 1) for i in failing])
+    policy = DeferPolicy(delay=10.0, clock=clock)
+
+    def operator() -> KeyedAsyncWaitOperator:
+        op = KeyedAsyncWaitOperator(
+            action, mode="key_ordered", key="k", capacity=capacity, output="pairs",
+            on_error="defer", defer=policy, emit_parked=True,
+        )  # fmt: skip
+        action.operator = op
+        return op
+
+    chunks = [records[i : i + chunk] for i in range(0, len(records), chunk)]
+    peaks: list[int] = []
+    done, parked = run(_run_streaming(operator(), chunks, hold_after, peaks))
+    finished = [record for record, _ in done]
+    position = sorted(parked, key=lambda item: item.record["id"])  # a caller's input positions
+    _check_prefix_and_rest(records, finished, position)
+    assert len(finished) + len(parked) == len(records)
+    assert max(peaks, default=0) <= max(1000, capacity + chunk)  # a hold streams the input out
+    clock.now += 60.0  # every deferral is due, and the service is healthy again
+    action.fail = set()
+    again = operator()
+    done_again, left_again = run(_run_streaming(again, [ParkedBatch(position)], None, []))
+    assert left_again == [] and again.leftover == []
+    combined = _per_key(finished)
+    for key, ids in _per_key([record for record, _ in done_again]).items():
+        combined[key] = combined.get(key, []) + ids
+    assert combined == _per_key(records)
+    for record in records:  # nothing that finished ran again; a deferred one ran once more
+        assert action.attempts[record["id"]] == 1 or (
+            record["id"] in failing and action.attempts[record["id"]] == 2
+        )

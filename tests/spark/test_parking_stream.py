@@ -21,7 +21,6 @@ import pytest
 
 from keyed_async_wait import AsyncDataStream, ConfigError, RetryStrategy
 from keyed_async_wait.parking import DeferPolicy
-from keyed_async_wait.spark_state import ParkedState
 from lookup import Field, HttpLookup
 
 from ..processes import run_bounded
@@ -104,7 +103,6 @@ def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
     assert sorted(r.seq for r in sink.rows()) == list(range(200))  # nothing lost or repeated
     assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
     assert calls_keep_key_order(state.calls)
-    assert len(stream.state.versions()) <= 3  # old versions are cleaned up
 
 
 def test_defer_parks_keys_through_a_30_second_outage_and_finishes_them_in_order(
@@ -204,29 +202,6 @@ def test_killed_driver_restarted_with_other_partitions_loses_and_repeats_nothing
     for key, seen in per_key.items():
         seqs = [seq for _, _, seq in sorted(seen)]
         assert seqs == sorted(seqs), f"order {key}: output order {seqs}"
-
-
-def test_parked_state_versions_are_idempotent_per_batch_and_cleaned(spark: Any, tmp_path: Path) -> None:
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    from keyed_async_wait.spark_state import STATE_STRUCT
-
-    schema = StructType([StructField("k", LongType()), StructField("_kaw_parked", STATE_STRUCT)])
-    store = ParkedState(spark, str(tmp_path / "state"), keep=2)
-    assert store.read_before(5, schema) == (None, None)
-    rows = spark.createDataFrame([(1, {"order": 0, "key_group": 3, "attempts": 1})], schema)
-    store.write(1, rows, empty=False)
-    store.write(2, rows, empty=True)
-    version, df = store.read_before(2, schema)
-    assert version == 1 and df is not None and df.collect()[0].k == 1
-    assert store.read_before(3, schema) == (2, None)  # an empty version
-    store.write(1, rows.limit(0), empty=True)  # a re-run of batch 1 replaces its version
-    assert store.read_before(2, schema) == (1, None)
-    store.write(3, rows, empty=False)
-    store.write(4, rows, empty=False)
-    assert store.versions() == [3, 4]
-    with pytest.raises(ConfigError, match="keep_versions"):
-        ParkedState(spark, str(tmp_path / "x"), keep=0)
 
 
 def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_path: Path) -> None:
