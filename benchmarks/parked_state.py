@@ -33,8 +33,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession
 
-from keyed_async_wait import AsyncDataStream
-from keyed_async_wait.parking import DeferPolicy
+from keyed_async_wait import AsyncDataStream, DeferPolicy
 
 sys.path.insert(0, os.path.dirname(__file__))
 from spark_throughput import local_spark
@@ -94,7 +93,7 @@ def backlog(spark: SparkSession, work: Path, rows: int, batches: int, window: in
 def _through_python(spark: SparkSession, store: Any, batch_id: int) -> float:
     """What the earlier store did with every parked row, every micro-batch: read the version,
     repartition and sort it, pass every row through Python (Arrow to dicts and back), write it."""
-    from keyed_async_wait.spark_stream import KeyedStream  # noqa: F401 - the schema below
+    from keyed_async_wait.spark.stream import KeyedStream  # noqa: F401 - the schema below
 
     version = store._read_version(batch_id)
     schema = spark.read.parquet(store.path("seg", version.segments[0].batch)).schema
@@ -137,7 +136,7 @@ def holding(spark: SparkSession, rows: int) -> float:
     def hold_all(batches: Any) -> Any:
         import pyarrow as pa
 
-        from keyed_async_wait.memory import PeakMemory
+        from keyed_async_wait.spark.memory import PeakMemory
 
         memory = PeakMemory()
         held = [row for batch in batches for row in batch.to_pylist()]

@@ -4,8 +4,8 @@
 client library); ``AsyncDataStream`` runs it over Spark DataFrames.
 """
 
-from .elements import FailedRecord, OutputMode, Watermark
-from .exceptions import (
+from .core.elements import FailedRecord, OutputMode, Watermark
+from .core.exceptions import (
     ConfigError,
     KeyedAsyncWaitError,
     RecordFailedError,
@@ -14,11 +14,11 @@ from .exceptions import (
     ResultTypeError,
     SnapshotError,
 )
-from .function import AsyncFunction
-from .keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
-from .operator import KeyedAsyncWaitOperator, OperatorStats
-from .retry import RetryStrategy, is_retryable, lookup_miss
-from .snapshot import OperatorSnapshot, SnapshotRecord
+from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
+from .core.retry import RetryStrategy, is_retryable, lookup_miss
+from .core.snapshot import OperatorSnapshot, SnapshotRecord
+from .runtime.function import AsyncFunction
+from .runtime.operator import KeyedAsyncWaitOperator, OperatorStats
 
 __version__ = "0.1.0"
 
@@ -26,9 +26,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # the Spark layer is imported on first use, so the core never needs pyspark
     if name in ("AsyncDataStream", "AsyncWaitMetrics", "split_errors"):
-        from . import spark
+        from .spark import api
 
-        return getattr(spark, name)
+        return getattr(api, name)
     raise AttributeError(f"module 'keyed_async_wait' has no attribute {name!r}")
 
 

@@ -10,7 +10,7 @@ from collections.abc import Generator, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from keyed_async_wait import AsyncFunction
+from keyed_async_wait.runtime.function import AsyncFunction
 
 from .cache import MISS, PartialCache
 from .exceptions import BODY_LIMIT, LookupServiceError

@@ -9,7 +9,7 @@
               "order_by => 'seq')")                                              # FLIP-519's modes
 
 Settings (``spark.conf.set``, the session builder, or SQL ``SET`` with the key in backquotes)
-are read by the tasks through their local properties; see ``keyed_async_wait.config``.
+are read by the tasks through their local properties; see ``keyed_async_wait.core.config``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from keyed_async_wait.exceptions import ConfigError
+from keyed_async_wait.core.exceptions import ConfigError
 
 __all__ = ["DeclaredSources"]
 

@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from keyed_async_wait.exceptions import ConfigError
+from keyed_async_wait.core.exceptions import ConfigError
 
 from .allowlist import DeclaredSources
 from .sources import LookupSource

@@ -13,7 +13,7 @@ query, the ``spark.sql.exec.async-lookup.*`` settings when a task starts.
 
 from __future__ import annotations
 
-from keyed_async_wait.exceptions import ConfigError
+from keyed_async_wait.core.exceptions import ConfigError
 
 __all__ = ["ConfigError", "TableArgumentError", "UnknownSourceError"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from keyed_async_wait.config import PREFIX, AsyncLookupConfig
-from keyed_async_wait.elements import OutputMode
+from keyed_async_wait.core.config import PREFIX, AsyncLookupConfig
+from keyed_async_wait.core.elements import OutputMode
 
 from .exceptions import TableArgumentError
 

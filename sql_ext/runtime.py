@@ -10,9 +10,9 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from keyed_async_wait.config import AsyncLookupConfig
-from keyed_async_wait.function import FunctionAdapter
-from keyed_async_wait.spark_worker import shared, worker_loop
+from keyed_async_wait.core.config import AsyncLookupConfig
+from keyed_async_wait.runtime.function import FunctionAdapter
+from keyed_async_wait.spark.worker import shared, worker_loop
 
 from .sources import LookupSource
 

@@ -12,12 +12,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from keyed_async_wait.elements import OutputMode
-from keyed_async_wait.exceptions import ConfigError
-from keyed_async_wait.operator import KeyedAsyncWaitOperator
-from keyed_async_wait.spark_output import ResultSchemaError
-from keyed_async_wait.spark_values import ValueMismatch, column_converter, python_rows
-from keyed_async_wait.spark_worker import drive, worker_loop
+from keyed_async_wait.core.elements import OutputMode
+from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
+from keyed_async_wait.spark.output import ResultSchemaError
+from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
+from keyed_async_wait.spark.worker import drive, worker_loop
 
 from .runtime import log, source_adapter, task_conf, task_time_zone
 from .sources import LookupSource

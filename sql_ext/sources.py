@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyed_async_wait.config import AsyncLookupConfig
-from keyed_async_wait.exceptions import ConfigError
+from keyed_async_wait.core.config import AsyncLookupConfig
+from keyed_async_wait.core.exceptions import ConfigError
 
 __all__ = ["LookupSource", "make_source"]
 

@@ -28,12 +28,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keyed_async_wait.exceptions import ConfigError
-from keyed_async_wait.operator import KeyedAsyncWaitOperator
-from keyed_async_wait.push import PushDriver
-from keyed_async_wait.spark_output import ResultSchemaError
-from keyed_async_wait.spark_values import ValueMismatch, column_converter
-from keyed_async_wait.spark_worker import worker_loop
+from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
+from keyed_async_wait.runtime.push import PushDriver
+from keyed_async_wait.spark.output import ResultSchemaError
+from keyed_async_wait.spark.values import ValueMismatch, column_converter
+from keyed_async_wait.spark.worker import worker_loop
 
 from .allowlist import DeclaredSources
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source

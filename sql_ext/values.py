@@ -4,7 +4,7 @@ The table function receives pyspark Rows. PySpark turns a TIMESTAMP into a naive
 the worker's local time zone, BINARY into a bytearray and a struct into a Row; the DataFrame
 API (Arrow) gives an aware datetime in the session time zone, bytes and dicts. A function must
 see the same values whichever form calls it, so the table function converts them here.
-Results are checked with the same rules as everywhere (:mod:`keyed_async_wait.spark_values`).
+Results are checked with the same rules as everywhere (:mod:`keyed_async_wait.spark.values`).
 """
 
 from __future__ import annotations

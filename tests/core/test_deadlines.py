@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyed_async_wait.deadlines import Deadlines
+from keyed_async_wait.core.deadlines import Deadlines
 
 
 class FakeLoop:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, stable_hash
-from keyed_async_wait.keys import NAN, freeze
+from keyed_async_wait.core.keys import NAN, freeze
 
 from .helpers import collect, next_turn, run
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait import ConfigError, FailedRecord, KeyedAsyncWaitOperator, RetryStrategy
-from keyed_async_wait.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkedKeys, ParkInfo
+from keyed_async_wait.core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkedKeys, ParkInfo
 
 from .helpers import TurnsAction, next_turn, run
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
-from keyed_async_wait.push import PushDriver
+from keyed_async_wait.runtime.push import PushDriver
 
 from .helpers import TurnsAction
 

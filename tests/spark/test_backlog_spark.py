@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError
-from keyed_async_wait.backlog import BacklogPolicy
+from keyed_async_wait.core.backlog import BacklogPolicy
 from lookup import Field, HttpLookup
 
 pytestmark = pytest.mark.spark

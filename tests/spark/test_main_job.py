@@ -18,7 +18,7 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "keyed_async_wait.enrich",
+            "keyed_async_wait.app.enrich",
             "--rows",
             "2000",
             "--orders",
@@ -44,7 +44,7 @@ def test_main_job_fails_with_the_cause() -> None:
         [
             sys.executable,
             "-m",
-            "keyed_async_wait.enrich",
+            "keyed_async_wait.app.enrich",
             "--input",
             "/nonexistent/kaw-input",
             "--rows",

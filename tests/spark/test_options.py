@@ -13,8 +13,8 @@ import pytest
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError
-from keyed_async_wait.config import ALL_KEYS
-from keyed_async_wait.exceptions import UnknownSettingError
+from keyed_async_wait.core.config import ALL_KEYS
+from keyed_async_wait.core.exceptions import UnknownSettingError
 from lookup import Field, HttpLookup
 
 from .calls import overlaps_and_disorder

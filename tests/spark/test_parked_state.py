@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from keyed_async_wait import AsyncDataStream, ConfigError
-from keyed_async_wait.parking import DeferPolicy
+from keyed_async_wait.core.parking import DeferPolicy
 
 from ..processes import group, run_bounded
 from .test_parking_stream import SCHEMA, Sink, logged_users, write_updates
@@ -97,7 +97,9 @@ def _exactly_once_in_order(out: Path, rows: int, lost: set[int] = frozenset()) -
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_bounded([sys.executable, "-m", "keyed_async_wait.state_tool", *args], timeout=180, env=_env())
+    return run_bounded(
+        [sys.executable, "-m", "keyed_async_wait.app.state_tool", *args], timeout=180, env=_env()
+    )
 
 
 def test_a_missing_part_file_is_named_before_anything_runs_and_rewind_recovers(
@@ -339,7 +341,7 @@ def test_available_now_reports_what_stays_parked_or_drains_it(
     sink = Sink()
     with pytest.raises(ConfigError, match="drain_timeout"):
         stream_of(sink, None).run_available_now(drain_timeout=10)
-    with caplog.at_level("WARNING", logger="keyed_async_wait.spark_stream"):
+    with caplog.at_level("WARNING", logger="keyed_async_wait.spark.stream"):
         last = stream_of(sink, 1).run_available_now()
     assert last is not None and last.parked > 0
     assert f"ended with {last.parked} rows parked" in caplog.text
@@ -385,7 +387,7 @@ def _holding_peak_mib(spark: Any, rows: int) -> float:
     def hold_all(batches: Any) -> Any:
         import pyarrow as pa
 
-        from keyed_async_wait.memory import PeakMemory
+        from keyed_async_wait.spark.memory import PeakMemory
 
         memory = PeakMemory()
         held = [row for batch in batches for row in batch.to_pylist()]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from keyed_async_wait import AsyncDataStream, ConfigError, RetryStrategy
-from keyed_async_wait.parking import DeferPolicy
+from keyed_async_wait.core.parking import DeferPolicy
 from lookup import Field, HttpLookup
 
 from ..processes import run_bounded

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import sql_ext
-from keyed_async_wait.config import ALL_KEYS
+from keyed_async_wait.core.config import ALL_KEYS
 from lookup import Field, HttpLookup, RedisLookup
 
 from .calls import overlaps_and_disorder

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, ConfigError
-from keyed_async_wait.config import ALL_KEYS
+from keyed_async_wait.core.config import ALL_KEYS
 
 pytestmark = pytest.mark.spark
 

@@ -18,18 +18,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from .backlog import BacklogPolicy
-from .config import PREFIX, AsyncLookupConfig
-from .elements import OutputMode
-from .exceptions import ConfigError
-from .keys import WHOLE_RECORD, field_names
-from .latency import LatencyHistogram
-from .parking import DeferPolicy
-from .retry import RetryStrategy
-from .settings import OperatorSettings, check_instance, check_positive_int, check_seconds
-from .spark_parking import STATE_COLUMN, ParkingPlan
-from .spark_stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
-from .spark_worker import Plan, run_partition
+from ..core.backlog import BacklogPolicy
+from ..core.config import PREFIX, AsyncLookupConfig
+from ..core.elements import OutputMode
+from ..core.exceptions import ConfigError
+from ..core.keys import WHOLE_RECORD, field_names
+from ..core.latency import LatencyHistogram
+from ..core.parking import DeferPolicy
+from ..core.retry import RetryStrategy
+from ..core.settings import OperatorSettings, check_instance, check_positive_int, check_seconds
+from .parked import STATE_COLUMN, ParkingPlan
+from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
+from .worker import Plan, run_partition
 
 __all__ = ["AsyncDataStream", "AsyncWaitMetrics"]
 
@@ -210,8 +210,8 @@ class AsyncDataStream:
         df: DataFrame, fn: Any, key: str | Sequence[str] | Any, **options: Any
     ) -> KeyedStream:
         """``key_ordered_wait`` for Structured Streaming with unfinished rows kept as keyed state
-        across micro-batches (FLIP-455/519); see :mod:`keyed_async_wait.spark_stream` and
-        :mod:`keyed_async_wait.spark_state`.
+        across micro-batches (FLIP-455/519); see :mod:`keyed_async_wait.spark.stream` and
+        :mod:`keyed_async_wait.spark.state`.
 
         Required: ``sink(df, batch_id)`` (make it idempotent per batch id: overwrite the
         batch's output) and ``checkpoint_location``. Options: ``order_by``; ``time_cap``

@@ -28,8 +28,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from .function import AsyncFunction
-from .retry import RetryStrategy
+from ..core.retry import RetryStrategy
+from ..runtime.function import AsyncFunction
 
 SCHEMA = "order_id long, seq long, version int, customer_id long, sku long, quantity int"
 RESULT_SCHEMA = "customer_name string, tier string, price double, enriched_at double"
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from .spark import AsyncDataStream, AsyncWaitMetrics
+    from ..spark.api import AsyncDataStream, AsyncWaitMetrics
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kaw-enrich-"))
     source = Path(args.input) if args.input else work / "input"

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .spark_values import ValueMismatch, column_converter
+from .values import ValueMismatch, column_converter
 
 __all__ = ["ColumnarRun", "supports_columnar"]
 

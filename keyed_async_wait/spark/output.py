@@ -4,7 +4,7 @@
 remembers where each row came from. :meth:`RowSource.assemble` builds the output batch: the
 input columns are taken from the input batches as they were (so they come back unchanged,
 whatever the function did to its dict), the result columns are built from the results, each
-value checked against its column (see :mod:`keyed_async_wait.spark_values`).
+value checked against its column (see :mod:`keyed_async_wait.spark.values`).
 
 Invariant: every row dict handed to the operator is known here until it is assembled into an
 output (or left parked); a batch is released once every one of its rows has left.
@@ -17,9 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from .elements import FailedRecord
-from .exceptions import KeyedAsyncWaitError
-from .spark_values import ValueMismatch, column_converter, row_fixer, sort_key
+from ..core.elements import FailedRecord
+from ..core.exceptions import KeyedAsyncWaitError
+from .values import ValueMismatch, column_converter, row_fixer, sort_key
 
 __all__ = ["ResultSchemaError", "RowSource", "key_text"]
 

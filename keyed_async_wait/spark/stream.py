@@ -7,7 +7,7 @@
 
 Each micro-batch ``n`` (``foreachBatch``):
 
-1. opens version ``n - 1`` of the parked state (:mod:`keyed_async_wait.spark_state`; verified
+1. opens version ``n - 1`` of the parked state (:mod:`keyed_async_wait.spark.state`; verified
    at the first micro-batch of a run: a missing or damaged version fails here, before any lookup);
 2. finds, per parked key, its first row and whether it is due (a deferral's next try has come,
    or it was parked by the time cap); due keys are replayed, oldest first, up to the replay
@@ -41,10 +41,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from .exceptions import ConfigError
-from .parking import DeferPolicy
-from .spark_parking import STATE_COLUMN, STATE_FIELDS, ParkingPlan
-from .spark_state import DEFAULT_WINDOW, ParkedStore, StateError, Version
+from ..core.exceptions import ConfigError
+from ..core.parking import DeferPolicy
+from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
+from .state import DEFAULT_WINDOW, ParkedStore, StateError, Version
 
 __all__ = ["STATE_STRUCT", "BatchReport", "KeyedStream", "TaskCounts", "defer_policy", "parking_stage"]
 
@@ -408,7 +408,7 @@ def parking_stage(plan: Any, schema: StructType) -> Callable[[DataFrame, Parking
     """The mapInArrow stage a :class:`KeyedStream` runs per micro-batch."""
     from functools import partial
 
-    from .spark_parking import run_parking_partition
+    from .parked import run_parking_partition
 
     return lambda both, parking: both.mapInArrow(partial(run_parking_partition, plan, parking), schema)
 

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .exceptions import ConfigError, KeyedAsyncWaitError
+from ..core.exceptions import ConfigError, KeyedAsyncWaitError
 
 __all__ = ["FORMAT", "ParkedStore", "Part", "StateError", "Version"]
 

@@ -7,17 +7,17 @@ from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .elements import OutputMode, Watermark
-from .entry import State
-from .exceptions import ConfigError, SnapshotError
+from ..core.elements import OutputMode, Watermark
+from ..core.entry import State
+from ..core.exceptions import ConfigError, SnapshotError
+from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..core.latency import LatencyHistogram
+from ..core.parking import PARKED, DeferPolicy, ParkedItem
+from ..core.retry import RetryStrategy
+from ..core.settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
+from ..core.snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
 from .function import adapt_function
-from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
-from .latency import LatencyHistogram
-from .parking import PARKED, DeferPolicy, ParkedItem
-from .retry import RetryStrategy
 from .runtime import Runtime
-from .settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
-from .snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
 
@@ -430,6 +430,6 @@ class KeyedAsyncWaitOperator:
 
 
 def _whole_key(record: Any) -> Any:
-    from .keys import freeze
+    from ..core.keys import freeze
 
     return freeze(record)

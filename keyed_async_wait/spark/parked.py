@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
 from .memory import PeakMemory
-from .parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
-from .spark_output import RowSource
-from .spark_worker import Plan, _operator, _report, drive, instance_of, lookup_counts, worker_loop
+from .output import RowSource
+from .worker import Plan, _operator, _report, drive, instance_of, lookup_counts, worker_loop
 
 __all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition"]
 

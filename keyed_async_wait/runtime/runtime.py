@@ -21,16 +21,16 @@ from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from .buffer import ActiveBuffer
-from .controller import Controller
-from .deadlines import Deadlines
+from ..core.buffer import ActiveBuffer
+from ..core.controller import Controller
+from ..core.deadlines import Deadlines
+from ..core.elements import FailedRecord, Watermark
+from ..core.entry import Entry, State
+from ..core.exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
+from ..core.parking import FRESH, ParkedBatch, ParkedItem, ParkInfo
+from ..core.snapshot import SnapshotRecord
 from .eager import _NOT_YET, Resumed, Settling, start
-from .elements import FailedRecord, Watermark
-from .entry import Entry, State
-from .exceptions import RecordFailedError, RecordTimeoutError, ResultTypeError
 from .function import FunctionAdapter
-from .parking import FRESH, ParkedBatch, ParkedItem, ParkInfo
-from .snapshot import SnapshotRecord
 
 if TYPE_CHECKING:
     from .operator import KeyedAsyncWaitOperator

@@ -69,7 +69,7 @@ def _session() -> Any:
 def _store(spark: Any, location: str) -> Any:
     import json
 
-    from .spark_state import Layout, ParkedStore, _read_text
+    from ..spark.state import Layout, ParkedStore, _read_text
 
     text = _read_text(spark, f"{location.rstrip('/')}/async_state/init")
     if text is None:
@@ -82,7 +82,7 @@ def _store(spark: Any, location: str) -> Any:
 
 def _check(store: Any, batch: int) -> tuple[Any, str | None]:
     """(the version of micro-batch ``batch`` or None, the problem or None)."""
-    from .spark_state import StateError
+    from ..spark.state import StateError
 
     try:
         version = store._read_version(batch)
@@ -160,7 +160,7 @@ def rewind(spark: Any, location: str, to: int, yes: bool) -> int:
 
 
 def accept_loss(spark: Any, location: str, yes: bool) -> int:
-    from .spark_state import Version, _read_text, _write_text
+    from ..spark.state import Version, _read_text, _write_text
 
     checkpoint = _Checkpoint(spark, location)
     store = _store(spark, location)

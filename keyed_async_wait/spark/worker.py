@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from .backlog import BacklogPolicy, Gear
-from .elements import OutputMode
-from .function import FunctionAdapter, adapt_function
-from .latency import LatencyHistogram
-from .operator import KeyedAsyncWaitOperator
-from .parking import DeferPolicy
-from .settings import OperatorSettings
-from .spark_columnar import ColumnarRun, supports_columnar
-from .spark_output import ResultSchemaError, RowSource
+from ..core.backlog import BacklogPolicy, Gear
+from ..core.elements import OutputMode
+from ..core.latency import LatencyHistogram
+from ..core.parking import DeferPolicy
+from ..core.settings import OperatorSettings
+from ..runtime.function import FunctionAdapter, adapt_function
+from ..runtime.operator import KeyedAsyncWaitOperator
+from .columnar import ColumnarRun, supports_columnar
+from .output import ResultSchemaError, RowSource
 
 __all__ = [
     "Plan",

@@ -1,6 +1,6 @@
 """The async execution controller (FLIP-425's AEC), without any I/O.
 
-It decides; the asyncio layer in :mod:`keyed_async_wait.operator` acts on its decisions.
+It decides; the asyncio layer in :mod:`keyed_async_wait.runtime.operator` acts on its decisions.
 """
 
 from __future__ import annotations

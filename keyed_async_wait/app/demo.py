@@ -1,4 +1,4 @@
-"""A small, self-contained run of the core operator: ``python -m keyed_async_wait.demo``.
+"""A small, self-contained run of the core operator: ``python -m keyed_async_wait.app.demo``.
 
 A stream of order updates (several per order id) is enriched by a slow asynchronous service,
 in each output mode, and the run checks what each mode promises. No network, no Spark: the
@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from . import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
+from .. import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
 
 
 def order_updates(n: int, orders: int, seed: int) -> list[dict[str, Any]]:
@@ -80,7 +80,7 @@ async def run_mode(mode: OutputMode, rows: list[dict[str, Any]], args: argparse.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m keyed_async_wait.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m keyed_async_wait.app.demo", description=__doc__)
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--orders", type=int, default=500, help="distinct order ids")
     parser.add_argument("--latency", type=float, default=0.02, help="mean service latency, s")

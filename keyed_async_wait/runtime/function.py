@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from .exceptions import ConfigError, ResultTypeError
+from ..core.exceptions import ConfigError, ResultTypeError
 
 __all__ = ["AsyncFunction", "FunctionAdapter", "adapt_function"]
 
