@@ -15,6 +15,7 @@ from .core.exceptions import (
     SnapshotError,
 )
 from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
+from .core.parking import DeferPolicy
 from .core.retry import RetryStrategy, is_retryable, lookup_miss
 from .core.snapshot import OperatorSnapshot, SnapshotRecord
 from .runtime.function import AsyncFunction
@@ -39,6 +40,7 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "WHOLE_RECORD",
     "AsyncFunction",
     "ConfigError",
+    "DeferPolicy",
     "FailedRecord",
     "KeyedAsyncWaitError",
     "KeyedAsyncWaitOperator",

@@ -131,3 +131,37 @@ def check_picklable(key: Any, record: Any, results: Any) -> None:
             f"record with key {key!r} cannot be snapshotted: records (and partly handed-out "
             f"results) must be picklable ({type(exc).__name__}: {exc})"
         ) from exc
+
+
+def snapshot_of(entries: Iterable[Any], pending: Iterable[Any], max_parallelism: int) -> OperatorSnapshot:
+    """The snapshot of a run: its live ``entries`` (records and watermarks not yet handed out,
+    in arrival order), or, before a run, the ``pending`` replay (snapshot records and
+    watermarks)."""
+    from .keys import freeze, key_group_for
+
+    groups: dict[int, list[SnapshotRecord]] = {}
+    watermarks: list[tuple[int, int, Watermark]] = []
+    for entry in entries:
+        if entry.watermark:
+            watermarks.append((0, entry.seq, entry.record))
+            continue
+        key = entry.key if entry.key is not None else freeze(entry.record)
+        rest = None
+        if entry.emitted and entry.results is not None:
+            rest = tuple(entry.results[entry.emitted :])
+        check_picklable(entry.key, entry.record, rest)
+        group = key_group_for(key, max_parallelism)
+        groups.setdefault(group, []).append(
+            SnapshotRecord(group, entry.seq, key, entry.record, entry.attempts, rest)
+        )
+    for seq, element in enumerate(pending):
+        if isinstance(element, Watermark):
+            watermarks.append((0, seq, element))
+        else:
+            group = key_group_for(element.key, max_parallelism)
+            groups.setdefault(group, []).append(
+                SnapshotRecord(group, seq, element.key, element.record, element.attempts, element.results)
+            )
+    return OperatorSnapshot(
+        max_parallelism, {g: tuple(records) for g, records in groups.items()}, tuple(watermarks)
+    )

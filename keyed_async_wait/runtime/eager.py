@@ -12,7 +12,7 @@ import types
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-__all__ = ["Resumed", "Settling", "start"]
+__all__ = ["NOT_YET", "Resumed", "Settling", "prepare", "start"]
 
 _CoroutineType = types.CoroutineType
 
@@ -77,6 +77,7 @@ class Resumed(_Driven):
 
 
 _NOT_YET: Any = object()
+NOT_YET: Any = _NOT_YET  # what an action that was not started eagerly has yielded: nothing yet
 
 
 class Settling(_Driven):
@@ -130,3 +131,26 @@ class Settling(_Driven):
             if first is not _NOT_YET:
                 return first  # it was started eagerly and is waiting on this
             value, exc = None, None
+
+
+def prepare(call: Any, argument: Any, eager: bool, name: str) -> tuple[Any, Any]:
+    """Call the action: ``(iterator, first yielded or _NOT_YET)`` to drive in a task, or
+    ``(future, None)`` to wait on; raises StopIteration carrying an instant value.
+
+    A coroutine runs in a task of its own (so ``asyncio.current_task()`` is right inside it),
+    except that an eager action first runs up to its first suspension here.
+    """
+    awaitable = call(argument)
+    if type(awaitable) is _CoroutineType:
+        if not eager:
+            return awaitable, _NOT_YET
+        return start(awaitable)
+    if isinstance(awaitable, asyncio.Future):
+        return awaitable, None
+    if hasattr(awaitable, "__await__"):
+        return awaitable.__await__(), _NOT_YET
+    from ..core.exceptions import ResultTypeError
+
+    raise ResultTypeError(
+        f"{name}(record) must return an awaitable (use async def), got {type(awaitable).__name__}"
+    )

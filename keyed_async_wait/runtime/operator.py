@@ -4,47 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.elements import OutputMode, Watermark
-from ..core.entry import State
 from ..core.exceptions import ConfigError, SnapshotError
-from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..core.keys import DEFAULT_MAX_PARALLELISM, KeySelector
 from ..core.latency import LatencyHistogram
 from ..core.parking import PARKED, DeferPolicy, ParkedItem
 from ..core.retry import RetryStrategy
 from ..core.settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
-from ..core.snapshot import OperatorSnapshot, SnapshotRecord, check_picklable
+from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
+from .consume import outputs_of
 from .function import adapt_function
 from .runtime import Runtime
+from .stats import EMPTY, OperatorStats, stats_of
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
-
-
-@dataclass(frozen=True)
-class OperatorStats:
-    """A read-only view of the operator at one moment (for tests, metrics and logs)."""
-
-    inside: int  # records counted against capacity
-    in_flight: int  # running an attempt, or between attempts
-    waiting_retry: int
-    buffered: int  # ready, in the active buffer of a batching action
-    blocked_keys: int  # keys with records waiting behind a running one
-    blocked_records: int
-    finished: int  # results known, not handed out yet
-    held_by_watermark: int
-    pending_watermarks: int
-    records_in: int
-    records_out: int
-    attempts: int
-    retries: int
-    timeouts: int
-    failures: int
-    batches: int
-    deferred: int = 0  # records parked by the defer policy
-    parked_keys: int = 0  # keys whose records are parked
-    parked_records: int = 0
 
 
 class KeyedAsyncWaitOperator:
@@ -139,20 +114,7 @@ class KeyedAsyncWaitOperator:
         self.function = adapt_function(function)
         if settings.eager_start is not None:
             self.function.eager = settings.eager_start
-        self.mode = settings.mode
-        self.key = settings.key
-        self.key_selector = settings.key_selector()
-        self.capacity = settings.capacity
-        self.timeout = settings.timeout
-        self.retry = settings.retry
-        self.on_error: OnError = settings.on_error
-        self.defer_policy = settings.defer
-        self.batch_size = settings.batch_size
-        self.buffer_timeout = settings.buffer_timeout
-        self.output: Output = settings.output
-        self.on_close: OnClose = settings.on_close
-        self.max_parallelism = settings.max_parallelism
-        self.track_latency = settings.track_latency
+        self.key_selector: KeySelector | None = settings.key_selector()
         # seconds per record, first attempt to result, over every run (fixed size)
         self.latency: LatencyHistogram | None = LatencyHistogram() if settings.track_latency else None
         self._runtime: Runtime | None = None
@@ -161,10 +123,15 @@ class KeyedAsyncWaitOperator:
         self._parked_replay: list[ParkedItem] = []
         self._leftover: list[ParkedItem] = []
 
+    @property
+    def mode(self) -> OutputMode:
+        return self.settings.mode
+
     def __repr__(self) -> str:
+        s = self.settings
         return (
-            f"KeyedAsyncWaitOperator({self.function.name}, mode={self.mode.name}, key={self.key!r}, "
-            f"capacity={self.capacity}, timeout={self.timeout})"
+            f"KeyedAsyncWaitOperator({self.function.name}, mode={s.mode.name}, key={s.key!r}, "
+            f"capacity={s.capacity}, timeout={s.timeout})"
         )
 
     # ------------------------------------------------------------------ processing
@@ -172,9 +139,9 @@ class KeyedAsyncWaitOperator:
     async def process(self, source: Iterable[Any] | AsyncIterable[Any]) -> AsyncGenerator[Any, None]:
         """Yield results (or ``(record, results)`` pairs) and watermarks for ``source``."""
         runtime = await self._begin()
-        intake = runtime.loop.create_task(runtime.intake(source, batches=False))
-        pairs = self.output == "pairs"
-        emit_errors = self.on_error != "fail"
+        intake = runtime.feed(source, batches=False)
+        pairs = self.settings.output == "pairs"
+        emit_errors = self.settings.on_error != "fail"
         try:
             out, handed_out = runtime.ctl.out, runtime.handed_out
             while True:
@@ -229,52 +196,21 @@ class KeyedAsyncWaitOperator:
         before it is yielded (fewer, larger chunks for a consumer with a cost per chunk).
         """
         runtime = await self._begin()
-        intake = runtime.loop.create_task(runtime.intake(source, batches=True))
-        pairs = self.output == "pairs"
-        emit_errors = self.on_error != "fail"
+        intake = runtime.feed(source, batches=True)
+        pairs = self.settings.output == "pairs"
+        emit_errors = self.settings.on_error != "fail"
         try:
             out = runtime.ctl.out
-            loop = runtime.loop
             while True:
                 if runtime.failure is not None:
                     raise runtime.failure
                 if out and len(out) < min_chunk and linger > 0 and not runtime.finished:
-                    # finished records count against capacity: linger only while there is room
-                    deadline = loop.time() + linger
-                    while (
-                        len(out) < min_chunk
-                        and runtime.ctl.records_inside < runtime.capacity
-                        and runtime.failure is None
-                        and not runtime.finished
-                    ):
-                        remaining = deadline - loop.time()
-                        if remaining <= 0:
-                            break
-                        await runtime.wait_output(remaining)
+                    await self._linger(runtime, min_chunk, linger)
                 if runtime.spill:  # emit_parked: parked records leave as they are parked
                     yield runtime.take_spill()
                     continue
                 if out:
-                    entries = runtime.hand_out_all()
-                    if not pairs and runtime.plain_output:
-                        # nothing but finished records, none partly taken: one comprehension
-                        yield [result for entry in entries for result in entry.results]  # type: ignore[union-attr]
-                        continue
-                    chunk: list[Any] = []
-                    append, extend = chunk.append, chunk.extend
-                    for entry in entries:
-                        if entry.watermark:
-                            append(entry.record)
-                        elif entry.failure is not None:
-                            if emit_errors and entry.failure is not PARKED:
-                                append(entry.failure)
-                        elif pairs:
-                            append((entry.record, entry.results))
-                        elif entry.emitted:
-                            extend(entry.results[entry.emitted :])  # type: ignore[index]
-                        else:
-                            extend(entry.results)  # type: ignore[arg-type]
-                    yield chunk
+                    yield outputs_of(runtime.hand_out_all(), pairs, emit_errors, runtime.plain_output)
                     continue
                 if runtime.finished:
                     if runtime.spill is not None and runtime.holding:
@@ -286,11 +222,28 @@ class KeyedAsyncWaitOperator:
         finally:
             await self._end(runtime, intake)
 
+    @staticmethod
+    async def _linger(runtime: Runtime, min_chunk: int, linger: float) -> None:
+        """Wait up to ``linger`` seconds for ``min_chunk`` outputs, while there is room (finished
+        records count against capacity)."""
+        out, loop = runtime.ctl.out, runtime.loop
+        deadline = loop.time() + linger
+        while (
+            len(out) < min_chunk
+            and runtime.ctl.records_inside < runtime.capacity
+            and runtime.failure is None
+            and not runtime.finished
+        ):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await runtime.wait_output(remaining)
+
     async def _begin(self) -> Runtime:
         if self._runtime is not None:
             raise RuntimeError("this operator is already processing a source; use one per stream")
-        runtime = Runtime(self, self._replay)
-        self._replay = []
+        runtime = Runtime(self.settings, self.function, self._replay, self._parked_replay, self.latency)
+        self._replay, self._parked_replay = [], []
         self._runtime = runtime
         if self.function.open is not None:
             try:
@@ -302,11 +255,11 @@ class KeyedAsyncWaitOperator:
 
     async def _end(self, runtime: Runtime, intake: asyncio.Task[None]) -> None:
         try:
-            await runtime.close(intake, wait_running=self.on_close == "wait")
+            await runtime.close(intake, wait_running=self.settings.on_close == "wait")
         finally:
             keep = runtime.spill is None and (runtime.holding or runtime.ctl.parked)
             self._leftover = runtime.leftover() if keep else []
-            self._last_stats = self._stats_of(runtime)
+            self._last_stats = stats_of(runtime)
             self._runtime = None
             if self.function.close is not None:
                 await self.function.close()
@@ -345,45 +298,18 @@ class KeyedAsyncWaitOperator:
         :meth:`restore` and feed the source from the position it had reached.
         """
         runtime = self._runtime
-        groups: dict[int, list[SnapshotRecord]] = {}
-        watermarks: list[tuple[int, int, Watermark]] = []
         entries = runtime.ctl.live_entries() if runtime is not None else []
         pending = list(self._replay) if runtime is None else []
-        for entry in entries:
-            if entry.watermark:
-                watermarks.append((0, entry.seq, entry.record))
-                continue
-            key = entry.key if entry.key is not None else _whole_key(entry.record)
-            rest = None
-            if entry.emitted and entry.results is not None:
-                rest = tuple(entry.results[entry.emitted :])
-            check_picklable(entry.key, entry.record, rest)
-            group = key_group_for(key, self.max_parallelism)
-            groups.setdefault(group, []).append(
-                SnapshotRecord(group, entry.seq, key, entry.record, entry.attempts, rest)
-            )
-        for seq, element in enumerate(pending):
-            if isinstance(element, Watermark):
-                watermarks.append((0, seq, element))
-            else:
-                group = key_group_for(element.key, self.max_parallelism)
-                groups.setdefault(group, []).append(
-                    SnapshotRecord(group, seq, element.key, element.record, element.attempts, element.results)
-                )
-        return OperatorSnapshot(
-            self.max_parallelism,
-            {g: tuple(records) for g, records in groups.items()},
-            tuple(watermarks),
-        )
+        return snapshot_of(entries, pending, self.settings.max_parallelism)
 
     def restore(self, snapshot: OperatorSnapshot, subtask_index: int = 0, parallelism: int = 1) -> None:
         """Replay the key groups this subtask owns before any new input of the next ``process``."""
         if self._runtime is not None:
             raise SnapshotError("restore() before process(), not while it runs")
-        if snapshot.max_parallelism != self.max_parallelism:
+        if snapshot.max_parallelism != self.settings.max_parallelism:
             raise SnapshotError(
                 f"snapshot has max_parallelism {snapshot.max_parallelism}, this operator "
-                f"{self.max_parallelism}: key groups would move; use the same max_parallelism"
+                f"{self.settings.max_parallelism}: key groups would move; use the same max_parallelism"
             )
         self._replay = snapshot.replay_for(subtask_index, parallelism)
 
@@ -393,43 +319,5 @@ class KeyedAsyncWaitOperator:
     def stats(self) -> OperatorStats:
         """Statistics of the running ``process()``, or of the last one after it ended."""
         if self._runtime is not None:
-            return self._stats_of(self._runtime)
-        if self._last_stats is not None:
-            return self._last_stats
-        return OperatorStats(*([0] * 16))
-
-    @staticmethod
-    def _stats_of(runtime: Runtime) -> OperatorStats:
-        ctl = runtime.ctl
-        counts = [0, 0, 0, 0, 0]
-        for entry in ctl.live_entries():
-            if not entry.watermark:
-                counts[entry.state] += 1
-        c = runtime.counters
-        return OperatorStats(
-            inside=ctl.records_inside,
-            in_flight=counts[State.RUNNING] + counts[State.WAITING_RETRY],
-            waiting_retry=counts[State.WAITING_RETRY],
-            buffered=len(runtime.buffer),
-            blocked_keys=ctl.blocked_keys,
-            blocked_records=ctl.blocked_records,
-            finished=counts[State.DONE],
-            held_by_watermark=ctl.held_by_watermark,
-            pending_watermarks=ctl.pending_watermarks,
-            records_in=c["records_in"],
-            records_out=c["records_out"],
-            attempts=c["attempts"],
-            retries=c["retries"],
-            timeouts=c["timeouts"],
-            failures=c["failures"],
-            batches=c["batches"],
-            deferred=c["deferred"],
-            parked_keys=ctl.parked.keys,
-            parked_records=len(ctl.parked),
-        )
-
-
-def _whole_key(record: Any) -> Any:
-    from ..core.keys import freeze
-
-    return freeze(record)
+            return stats_of(self._runtime)
+        return self._last_stats if self._last_stats is not None else EMPTY

@@ -1,0 +1,223 @@
+"""Batching: ready records gathered in the active buffer and sent to ``invoke_batch`` together.
+
+A batch leaves when the buffer is full; with ``buffer_timeout=0`` also as soon as no more
+records are at hand; with a positive ``buffer_timeout`` at most that late; with ``None``
+(backlog) only when the intake must wait or no batch is in flight (no timer at all). One key
+still has at most one record in a batch and in flight (the controller readies one per key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from ..core.buffer import ActiveBuffer
+from ..core.entry import Entry, State
+from ..core.exceptions import ResultTypeError
+from .eager import NOT_YET, Settling, prepare
+from .outcomes import Outcomes
+from .run import Run
+from .timers import Timers
+
+__all__ = ["Batch", "Batcher"]
+
+
+class Batch:
+    """One call of ``invoke_batch``: the entries it carries and the task running it."""
+
+    __slots__ = ("entries", "live", "task")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.live = len(entries)  # entries still waiting on it (the others timed out)
+        self.task: asyncio.Future[Any] | None = None
+
+
+def _unwired() -> None:  # pragma: no cover - the runtime wires every callback
+    raise RuntimeError("drain not wired")
+
+
+class Batcher:
+    """The active buffer and the batches in flight (see the module doc)."""
+
+    __slots__ = ("buffer", "buffer_timeout", "drain", "enabled", "flush_handle", "outcomes", "run", "timers")
+
+    def __init__(self, run: Run, outcomes: Outcomes, timers: Timers) -> None:
+        settings = run.settings
+        self.run = run
+        self.outcomes = outcomes
+        self.timers = timers
+        self.enabled = settings.batch_size is not None and run.fn.call_batch is not None
+        self.buffer = ActiveBuffer(settings.batch_size or 1)
+        self.buffer_timeout = settings.buffer_timeout
+        self.flush_handle: asyncio.Handle | None = None
+        self.drain: Callable[[], None] = _unwired  # run what became ready
+
+    def take_ready(self) -> None:
+        """Move the ready entries into the buffer; send the full batches."""
+        run = self.run
+        ready = run.ready
+        if run.presets:
+            fresh = []
+            while ready:
+                entry = ready.popleft()
+                if entry.attempts == 0 and entry.preset is not None:
+                    run.presets -= 1
+                    entry.started = run.loop.time()
+                    self.outcomes.succeed(entry, entry.preset)
+                else:
+                    fresh.append(entry)
+        else:
+            fresh = list(ready)
+            ready.clear()
+        for batch in self.buffer.extend(fresh):
+            self._send(batch)
+        idle = self.buffer_timeout is not None or not run.batches
+        if len(self.buffer) and self.flush_handle is None and idle:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        loop = self.run.loop
+        if self.buffer_timeout:
+            self.flush_handle = loop.call_later(self.buffer_timeout, self._flush_callback)
+        else:
+            self.flush_handle = loop.call_soon(self._flush_callback)
+
+    def _flush_callback(self) -> None:
+        self.flush_handle = None
+        self.flush_now()
+
+    def flush_now(self) -> None:
+        """Send what the buffer holds, full or not."""
+        run = self.run
+        if not self.enabled or not len(self.buffer) or run.closing or run.holding:
+            return
+        run.draining = True
+        try:
+            self._send(self.buffer.take())
+        finally:
+            run.draining = False
+        self.drain()
+
+    def flush_when_idle(self) -> None:
+        """Without a buffer timeout (backlog): a part-filled buffer leaves once no batch is in
+        flight that could still fill it, so nothing waits on a timer and nothing waits forever."""
+        waiting = len(self.buffer) and self.flush_handle is None
+        if waiting and self.buffer_timeout is None and not self.run.batches:
+            self._schedule_flush()
+
+    def _send(self, entries: list[Entry]) -> None:
+        run = self.run
+        batch = Batch(entries)
+        counters = run.counters
+        counters.batches += 1
+        counters.attempts += len(entries)
+        running, now = State.RUNNING, run.loop.time()
+        records = []
+        for entry in entries:
+            if entry.attempts == 0:
+                entry.started = now
+            entry.attempts += 1
+            entry.state = running
+            entry.handle = batch
+            records.append(entry.record)
+        fn = run.fn
+        try:
+            assert fn.call_batch is not None
+            awaitable, first = prepare(fn.call_batch, records, fn.eager, f"{fn.name}.invoke_batch")
+        except StopIteration as done:
+            self._values(batch, done.value)
+            return
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
+            self._error(batch, exc)
+            return
+        if isinstance(awaitable, asyncio.Future):
+            awaitable, first = awaitable.__await__(), NOT_YET
+        task: asyncio.Future[Any] = run.loop.create_task(
+            Settling(awaitable, first, partial(self._settle, batch), partial(_ours, run, batch))
+        )
+        batch.task = task
+        run.batches[task] = batch
+        if self.timers.deadlines is not None:
+            for entry in entries:
+                self.timers.arm(entry)
+
+    def _settle(self, batch: Batch, values: Any, failure: BaseException | None) -> None:
+        run = self.run
+        if run.closing:
+            return
+        if batch.task is not None:
+            run.batches.pop(batch.task, None)
+        run.draining = True
+        try:
+            if failure is None:
+                self._values(batch, values)
+            else:
+                self._error(batch, failure)
+        finally:
+            run.draining = False
+        self.drain()
+        self.flush_when_idle()
+
+    def _values(self, batch: Batch, values: Any) -> None:
+        entries, outcomes = batch.entries, self.outcomes
+        if not isinstance(values, (list, tuple)) or len(values) != len(entries):
+            got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
+            error = ResultTypeError(
+                f"{self.run.fn.name}.invoke_batch() must return one result list (or exception) per "
+                f"record: sent {len(entries)} records, got {got}"
+            )
+            for entry in entries:
+                if entry.handle is batch:
+                    entry.handle = None
+                    outcomes.apply(entry, outcomes.policy.failed(entry, error, outcomes.wall()))
+            return
+        done: list[Entry] = []
+        fast, timed, finished = not outcomes.result_retry, self.timers.deadlines is not None, State.DONE
+        for entry, value in zip(entries, values, strict=True):
+            if entry.handle is not batch:
+                continue  # timed out while the batch ran
+            entry.handle = None
+            if fast and type(value) is list:
+                if timed and entry.timer is not None:
+                    self.timers.disarm(entry)
+                entry.results = value
+                entry.state = finished
+                done.append(entry)
+            elif isinstance(value, BaseException):
+                outcomes.error(entry, value)
+            else:
+                outcomes.value(entry, value)
+        if done:
+            nxt = outcomes.succeed_many(done)
+            if nxt:
+                self.run.ready.extend(nxt)
+
+    def _error(self, batch: Batch, exc: BaseException) -> None:
+        for entry in batch.entries:
+            if entry.handle is batch:
+                entry.handle = None
+                self.outcomes.error(entry, exc)
+
+    def expire(self, entry: Entry, batch: Batch) -> None:
+        """``entry`` timed out while ``batch`` ran: the batch ends when no entry waits on it."""
+        batch.live -= 1
+        if batch.live == 0 and batch.task is not None:
+            self.run.batches.pop(batch.task, None)
+            batch.task.cancel()
+
+    def hold(self) -> None:
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()
+            self.flush_handle = None
+
+    def close(self) -> None:
+        if self.flush_handle is not None:
+            self.flush_handle.cancel()
+
+
+def _ours(run: Run, batch: Batch) -> bool:
+    """A cancellation the runtime made (a close, or every entry timed out): not an outcome."""
+    return run.closing or batch.live == 0

@@ -1,0 +1,171 @@
+"""Invocation and settling: ready records start, and each attempt settles inside its own task.
+
+Each attempt runs in a task of its own and settles inside that task's step
+(:class:`~keyed_async_wait.runtime.eager.Settling`): no done callback, and a record that
+became ready meanwhile (the next of its key) runs on in the same task. An eager function is
+first run up to its first suspension and gets no task if it finishes there. Work that becomes
+possible inside a callback is queued and run by one loop (:meth:`Dispatcher.drain`), never by
+recursion, so a long run of synchronously finishing records of one key cannot overflow the
+stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+from ..core.entry import Entry, State
+from .batches import Batch, Batcher
+from .eager import Settling, prepare
+from .outcomes import Outcomes
+from .run import Run
+from .timers import Timers
+
+__all__ = ["Dispatcher"]
+
+
+class Dispatcher:
+    """Starts ready entries and settles their attempts (see the module doc)."""
+
+    __slots__ = ("_adopted", "_adopter", "batcher", "outcomes", "run", "timers")
+
+    def __init__(self, run: Run, outcomes: Outcomes, timers: Timers, batcher: Batcher) -> None:
+        self.run = run
+        self.outcomes = outcomes
+        self.timers = timers
+        self.batcher = batcher
+        # the task settling a record right now, and what it was handed to run next
+        self._adopter: asyncio.Future[Any] | None = None
+        self._adopted: list[Any] = []
+
+    def dispatch(self, entry: Entry) -> None:
+        """``entry`` may start: run it now, or after the running callback when one is active."""
+        self.run.ready.append(entry)
+        if not self.run.draining:
+            self.drain()
+
+    def dispatch_many(self, entries: list[Entry]) -> None:
+        self.run.ready.extend(entries)
+        if not self.run.draining:
+            self.drain()
+
+    def drain(self) -> None:
+        run = self.run
+        if run.holding:
+            return  # held entries stay in the ready queue for the leftover
+        run.draining = True
+        try:
+            ready, now, batcher = run.ready, -1.0, self.batcher
+            while ready:
+                if batcher.enabled and not run.closing:
+                    batcher.take_ready()
+                    continue
+                entry = ready.popleft()
+                if run.closing:
+                    continue
+                if entry.attempts == 0:
+                    if now < 0:
+                        now = run.loop.time()
+                    entry.started = now
+                    if entry.preset is not None:
+                        run.presets -= 1
+                        self.outcomes.succeed(entry, entry.preset)
+                        continue
+                self._attempt(entry)
+        finally:
+            run.draining = False
+
+    def _attempt(self, entry: Entry) -> None:
+        run, fn = self.run, self.run.fn
+        entry.attempts += 1
+        run.counters.attempts += 1
+        entry.state = State.RUNNING
+        try:
+            awaitable, first = prepare(fn.call, entry.record, fn.eager, fn.name)
+        except StopIteration as done:
+            self.outcomes.value(entry, done.value)
+            return
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the outcome of the action
+            self.outcomes.error(entry, exc)
+            return
+        if isinstance(awaitable, asyncio.Future):
+            task: asyncio.Future[Any] = awaitable
+            task.add_done_callback(self._future_done)
+        else:
+            step = (awaitable, first, partial(self._settle_in_task, entry), partial(_ours, run, entry))
+            if self._adopter is not None and not self._adopted:
+                # a task is settling a record right now: it runs this one next, no new task
+                task = self._adopter
+                self._adopted.append(step)
+            else:
+                task = run.loop.create_task(Settling(*step))
+        entry.handle = task
+        run.running[task] = entry
+        if entry.timer is None and self.timers.deadlines is not None:
+            self.timers.arm(entry)
+
+    def _settle_in_task(self, entry: Entry, value: Any, failure: BaseException | None) -> Any:
+        """Settle ``entry`` inside its task's step; return the next attempt for that task to run
+        (one that became ready while settling), or None to end the task."""
+        task = entry.handle
+        if self.run.closing or task is None:
+            return None  # timed out while finishing
+        self.run.running.pop(task, None)
+        entry.handle = None
+        self._adopter, self._adopted = task, []
+        try:
+            self.settle(entry, value, failure)
+        finally:
+            adopted, self._adopter, self._adopted = self._adopted, None, []
+        return adopted[0] if adopted else None
+
+    def _future_done(self, future: asyncio.Future[Any]) -> None:
+        entry = self.run.running.pop(future, None)
+        if entry is None or self.run.closing:
+            if not future.cancelled():
+                future.exception()  # retrieved: it was cancelled too late to matter
+            return
+        entry.handle = None
+        if future.cancelled():
+            self.settle(entry, None, asyncio.CancelledError())
+        else:
+            self.settle(entry, future.result() if future.exception() is None else None, future.exception())
+
+    def settle(self, entry: Entry, value: Any, failure: BaseException | None) -> None:
+        run = self.run
+        run.draining = True
+        try:
+            if failure is None:
+                self.outcomes.value(entry, value)
+            else:
+                self.outcomes.error(entry, failure)
+        finally:
+            run.draining = False
+        self.drain()
+
+    def expire(self, entry: Entry) -> None:
+        """``entry``'s time ran out: stop what runs it, then its timeout outcome."""
+        run = self.run
+        handle, entry.handle = entry.handle, None
+        if isinstance(handle, Batch):
+            self.batcher.expire(entry, handle)
+        elif isinstance(handle, asyncio.Future):
+            run.running.pop(handle, None)
+            handle.cancel()
+        elif handle is not None:
+            handle.cancel()  # a retry timer
+        elif entry.state == State.READY:
+            self.batcher.buffer.remove(entry)
+        run.draining = True
+        try:
+            self.outcomes.timed_out(entry)
+        finally:
+            run.draining = False
+        self.drain()
+        self.batcher.flush_when_idle()
+
+
+def _ours(run: Run, entry: Entry) -> bool:
+    """A cancellation the runtime made (a timeout or a close): not an outcome of the action."""
+    return run.closing or entry.handle is None

@@ -1,0 +1,193 @@
+"""Intake: records enter from the replay and the source, no more than the capacity allows.
+
+Order: records parked by an earlier run (those given to ``replay_parked``), then records
+restored from a snapshot, then the source. A source chunk that is a
+:class:`~keyed_async_wait.core.parking.ParkedBatch` replays parked records too. Intake pauses
+while the operator is full and reads no record it cannot admit, so a snapshot never misses one.
+After a hold, input is no longer admitted: it is kept for the leftover, or, with
+``emit_parked``, handed out as parked records as fast as it is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, Iterable
+from itertools import islice
+from typing import Any
+
+from ..core.elements import Watermark
+from ..core.parking import ParkedBatch, ParkedItem
+from ..core.snapshot import SnapshotRecord
+from .batches import Batcher
+from .dispatch import Dispatcher
+from .eager import Resumed, start
+from .run import Run
+
+__all__ = ["SPILL_CHUNK", "Intake"]
+
+SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
+
+
+class Intake:
+    """Feeds the controller (see the module doc)."""
+
+    __slots__ = ("batcher", "dispatcher", "run")
+
+    def __init__(self, run: Run, dispatcher: Dispatcher, batcher: Batcher) -> None:
+        self.run = run
+        self.dispatcher = dispatcher
+        self.batcher = batcher
+
+    async def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
+        run = self.run
+        try:
+            await self._parked()
+            await self._restored()
+            if hasattr(source, "__aiter__"):
+                await self._from_async(source, batches)  # type: ignore[arg-type]
+            elif batches:
+                for batch in source:
+                    await self._chunk(batch)
+            else:
+                await self._chunk(source)
+            run.source_done = True
+            self.batcher.flush_now()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, not swallowed
+            run.set_failure(exc)
+        finally:
+            run.notify()
+
+    async def _parked(self, replay: list[ParkedItem] | None = None) -> None:
+        """Replay parked records (``replay``, else those given to ``replay_parked``) in their
+        order; those not due (or behind one that is not) stay parked."""
+        run = self.run
+        ctl = run.ctl
+        if replay is None:
+            replay, run.parked_replay = run.parked_replay, []
+        defer = run.settings.defer
+        now = defer.clock() if defer is not None else time.time()
+        for i, item in enumerate(replay):
+            if ctl.records_inside >= run.capacity:
+                await self._wait_capacity()
+            if run.holding or run.failure is not None:
+                if run.spill is not None:
+                    await self._spill_out(replay[i:])
+                else:
+                    run.unreplayed.extend(replay[i:])
+                return
+            entry = ctl.admit_parked(item, now)
+            if entry is not None:
+                run.counters.records_in += 1
+                self.dispatcher.dispatch(entry)
+            else:
+                run.plain_output = False
+
+    async def _restored(self) -> None:
+        run = self.run
+        ctl, key_of = run.ctl, run.key_of
+        for element in run.replay:
+            if ctl.records_inside >= run.capacity:
+                await self._wait_capacity()
+            if type(element) is Watermark:
+                run.plain_output = False
+                ctl.admit_watermark(element)
+                run.notify()
+                continue
+            assert isinstance(element, SnapshotRecord)
+            key = key_of(element.record) if key_of is not None else element.key
+            results = list(element.results) if element.results is not None else None
+            entry = ctl.admit_restored(element.record, key, results)
+            if results is not None:
+                run.presets += 1
+            run.counters.records_in += 1
+            if entry is not None:
+                self.dispatcher.dispatch(entry)
+        run.replay = []
+
+    async def _chunk(self, source: Iterable[Any]) -> None:
+        if type(source) is ParkedBatch:
+            await self._parked(source)
+            return
+        run = self.run
+        ctl, capacity, counters = run.ctl, run.capacity, run.counters
+        iterator = iter(source)
+        while True:
+            if run.holding:
+                await self._held(iterator)
+                return
+            room = capacity - ctl.records_inside
+            if room <= 0:
+                await self._wait_capacity()
+                if run.failure is not None:
+                    return
+                continue
+            # pull no more than fits: a record taken from the source is always inside, so a
+            # snapshot never misses one
+            chunk = list(islice(iterator, room))
+            if not chunk:
+                return
+            before = ctl.records_inside
+            ready = ctl.admit_many(chunk)
+            admitted = ctl.records_inside - before
+            counters.records_in += admitted
+            if admitted != len(chunk):
+                run.plain_output = False
+                run.notify()  # watermarks may be ready to leave
+            if ready:
+                self.dispatcher.dispatch_many(ready)
+
+    async def _held(self, iterator: Any) -> None:
+        run = self.run
+        if run.spill is None:
+            run.unadmitted.extend(iterator)
+            return
+        key_of = run.key_of
+        assert key_of is not None
+        while chunk := list(islice(iterator, SPILL_CHUNK)):
+            await self._spill_out([ParkedItem(r, key_of(r)) for r in chunk if type(r) is not Watermark])
+
+    async def _from_async(self, source: AsyncIterable[Any], batches: bool) -> None:
+        run = self.run
+        iterator = source.__aiter__()
+        while True:
+            if run.ctl.records_inside >= run.capacity:
+                await self._wait_capacity()
+                if run.failure is not None:
+                    return
+            try:
+                it, first = start(iterator.__anext__())
+            except StopIteration as ready:  # the source had an element at hand
+                element = ready.value
+            except StopAsyncIteration:
+                return
+            else:  # the source must wait: send what the buffer holds before waiting with it
+                self.batcher.flush_now()
+                try:
+                    element = await Resumed(it, first)
+                except StopAsyncIteration:
+                    return
+            await self._chunk(element if batches else (element,))
+
+    async def _spill_out(self, items: list[ParkedItem]) -> None:
+        """Hand parked records to the consumer, waiting while it has not taken the last ones:
+        input read after a hold leaves as fast as it is read, never piling up."""
+        run = self.run
+        assert run.spill is not None
+        run.spill.extend(items)
+        run.notify()
+        if len(run.spill) >= SPILL_CHUNK and run.failure is None:
+            waiter = run.loop.create_future()
+            run.spill_waiter = waiter
+            await waiter
+
+    async def _wait_capacity(self) -> None:
+        run = self.run
+        if run.holding:
+            return
+        self.batcher.flush_now()
+        waiter = run.loop.create_future()
+        run.capacity_waiter = waiter
+        await waiter

@@ -1,0 +1,86 @@
+"""Timeouts and retry timers of one run.
+
+A record's timeout is an entry in a timer wheel (:mod:`keyed_async_wait.core.deadlines`): one
+event-loop timer per time bucket, not per record. A retry is a ``call_later`` timer, not a task.
+When either fires, the callbacks the runtime wires in (:attr:`Timers.expired`,
+:attr:`Timers.retry_now`) take over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ..core.deadlines import Deadlines
+from ..core.entry import Entry, State
+from .run import Run
+
+__all__ = ["Timers"]
+
+
+def _unwired(entry: Entry) -> None:  # pragma: no cover - the runtime wires every callback
+    raise RuntimeError("timer callback not wired")
+
+
+class Timers:
+    """Arms and disarms timeouts, schedules retries (see the module doc)."""
+
+    __slots__ = ("deadlines", "expired", "retry_now", "run", "timeout")
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.timeout = run.settings.timeout
+        self.deadlines = (
+            Deadlines(min(0.05, self.timeout / 100), run.loop.call_at, self._fire)
+            if self.timeout is not None
+            else None
+        )
+        self.expired: Callable[[Entry], None] = _unwired  # a record's time ran out
+        self.retry_now: Callable[[Entry], None] = _unwired  # a retry's delay passed
+
+    def arm(self, entry: Entry) -> None:
+        """Watch ``entry`` until its deadline (once: from its first attempt)."""
+        if self.deadlines is not None and entry.timer is None:
+            assert self.timeout is not None
+            entry.timer = self.deadlines.arm(entry, entry.started + self.timeout)
+
+    def disarm(self, entry: Entry) -> None:
+        if entry.timer is not None:
+            assert self.deadlines is not None
+            self.deadlines.disarm(entry, entry.timer)
+            entry.timer = None
+
+    def _fire(self, entry: Entry) -> None:
+        entry.timer = None
+        if entry.state == State.DONE or self.run.closing:
+            return
+        self.expired(entry)
+
+    def schedule_retry(self, entry: Entry, delay: float) -> None:
+        self.run.counters.retries += 1
+        entry.state = State.WAITING_RETRY
+        entry.handle = self.run.loop.call_later(delay, self._retry, entry)
+        self.arm(entry)
+
+    def _retry(self, entry: Entry) -> None:
+        entry.handle = None
+        self.retry_now(entry)
+
+    def hold(self) -> None:
+        """No retry starts any more; records not running stop their clocks (they leave as
+        leftover, their time restarts in the next run)."""
+        for entry in self.run.ctl.live_entries():
+            if entry.state == State.WAITING_RETRY and isinstance(entry.handle, asyncio.TimerHandle):
+                entry.handle.cancel()
+                entry.handle = None
+                entry.state = State.READY
+            if entry.state != State.RUNNING:
+                self.disarm(entry)
+
+    def close(self) -> None:
+        if self.deadlines is not None:
+            self.deadlines.close()
+        for entry in self.run.ctl.live_entries():
+            entry.timer = None
+            if isinstance(entry.handle, asyncio.TimerHandle):
+                entry.handle.cancel()
