@@ -4,6 +4,8 @@
 client library); ``AsyncDataStream`` runs it over Spark DataFrames.
 """
 
+from typing import TYPE_CHECKING
+
 from .core.elements import FailedRecord, OutputMode, Watermark
 from .core.exceptions import (
     ConfigError,
@@ -24,13 +26,25 @@ from .runtime.operator import KeyedAsyncWaitOperator, OperatorStats
 __version__ = "0.1.0"
 
 
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, imported on first use
+    from .spark.api import AsyncDataStream, split_errors
+    from .spark.metrics import AsyncWaitMetrics
+
+_SPARK_NAMES = {
+    "AsyncDataStream": "api",
+    "split_errors": "api",
+    "AsyncWaitMetrics": "metrics",
+}
+
+
 def __getattr__(name: str) -> object:
     # the Spark layer is imported on first use, so the core never needs pyspark
-    if name in ("AsyncDataStream", "AsyncWaitMetrics", "split_errors"):
-        from .spark import api
+    module = _SPARK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keyed_async_wait' has no attribute {name!r}")
+    import importlib
 
-        return getattr(api, name)
-    raise AttributeError(f"module 'keyed_async_wait' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".spark.{module}", __name__), name)
 
 
 __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first

@@ -168,14 +168,9 @@ class HttpLookup(Lookup):
         self.batch_url = batch_url
         self.batch_body = batch_body
         self.batch_response = batch_response
-        if bearer_token_env is not None:
-            bearer_token = Secret.from_env(bearer_token_env)
-        self._bearer = _secret(bearer_token)
-        if basic_auth_env is not None:
-            basic_auth = (Secret.from_env(basic_auth_env[0]).reveal(), Secret.from_env(basic_auth_env[1]))
-        if userinfo is not None:
-            basic_auth = userinfo
-        self._basic = (basic_auth[0], _secret(basic_auth[1])) if basic_auth is not None else None
+        self._bearer, self._basic = _credentials(
+            bearer_token, bearer_token_env, basic_auth, basic_auth_env, userinfo
+        )
         if request_timeout <= 0:
             raise ValueError(f"request_timeout={request_timeout}; allowed: seconds > 0")
         if max_connections < 1:
@@ -371,3 +366,25 @@ class HttpLookup(Lookup):
         raise BadResponseError(
             "request rejected", lookup_key=key, service=url, status=status, body=self._body(payload)
         )
+
+
+def _credentials(
+    bearer_token: str | Secret | None,
+    bearer_token_env: str | None,
+    basic_auth: tuple[str, str | Secret] | None,
+    basic_auth_env: tuple[str, str] | None,
+    userinfo: tuple[str, str] | None,
+) -> tuple[Secret | None, tuple[str, Secret] | None]:
+    """The bearer token and the basic-auth pair, each from wherever it was given."""
+    if bearer_token_env is not None:
+        bearer_token = Secret.from_env(bearer_token_env)
+    if basic_auth_env is not None:
+        basic_auth = (Secret.from_env(basic_auth_env[0]).reveal(), Secret.from_env(basic_auth_env[1]))
+    if userinfo is not None:
+        basic_auth = userinfo
+    basic = None
+    if basic_auth is not None:
+        password = _secret(basic_auth[1])
+        assert password is not None
+        basic = (basic_auth[0], password)
+    return _secret(bearer_token), basic

@@ -6,7 +6,6 @@ Imports no pyspark at module level; ``TaskContext`` is read when a task starts.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable
 from typing import Any
 
@@ -16,9 +15,7 @@ from keyed_async_wait.spark.worker import shared, worker_loop
 
 from .sources import LookupSource
 
-__all__ = ["log", "source_adapter", "task_conf", "task_time_zone"]
-
-log = logging.getLogger("sql_ext")
+__all__ = ["source_adapter", "task_conf", "task_time_zone"]
 
 
 def task_conf() -> AsyncLookupConfig:

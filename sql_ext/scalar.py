@@ -9,6 +9,7 @@ Records of later Arrow batches start while earlier ones are in flight.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +20,12 @@ from keyed_async_wait.spark.output import ResultSchemaError
 from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
 from keyed_async_wait.spark.worker import drive, worker_loop
 
-from .runtime import log, source_adapter, task_conf, task_time_zone
+from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
 
 __all__ = ["scalar_function"]
+
+log = logging.getLogger(__name__)
 
 
 def scalar_function(source: LookupSource, time_zone: str) -> Any:
@@ -64,14 +67,8 @@ def _lookup_batches(source: LookupSource, time_zone: str, batches: Iterator[Any]
     arrow_type = to_arrow_type(source.result_schema, timezone=zone)
     convert = column_converter(arrow_type, zone)
     loop = worker_loop().loop
-    op = KeyedAsyncWaitOperator(
-        source_adapter(source, conf),
-        mode=OutputMode.ORDERED,
-        capacity=conf.buffer_capacity,
-        timeout=conf.timeout,
-        retry=conf.retry(),
-        output="pairs",
-    )
+    settings = conf.operator_settings(OutputMode.ORDERED, output="pairs")
+    op = KeyedAsyncWaitOperator.from_settings(source_adapter(source, conf), settings)
     log.info("%s(): ORDERED (the scalar form returns results in input order)", source.name)
     with contextlib.closing(drive(loop, op.process_batches(_records(source, batches)))) as produced:
         for chunk in produced:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from keyed_async_wait.spark.api import session_config, session_time_zone
+from keyed_async_wait.spark.options import session_config, session_time_zone
 
 from .allowlist import DeclaredSources
 from .exceptions import ConfigError

@@ -24,6 +24,7 @@ An insert-only input keeps its partitioning: one instance per Spark partition.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,11 +40,13 @@ from .allowlist import DeclaredSources
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, decide, describe_input
-from .runtime import log, source_adapter, task_conf, task_time_zone
+from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
 from .values import row_reader
 
 __all__ = ["DEFAULT_BUCKETS", "LookupAnalysis", "table_function_class"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUCKETS = 16
 _PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still prompt
@@ -118,28 +121,10 @@ def analyze(
     upsert_key, order_by, change_column, buckets, join = (options.get(name) for name in CALL_OPTIONS)
     name = _constant("source", source)
     spec = {k: _constant(k, options[k]) for k in DECLARED_OPTIONS if options.get(k) is not None}
-    inline: LookupSource | None = None
-    if name in sources and not spec:
-        lookup = sources[name]
-    elif name in DECLARED_KINDS and name not in sources:
-        inline = lookup = declared_source(name, spec, allowed)
-    elif spec:
-        raise ConfigError(
-            next(iter(spec)), "(given)", f"only with a source declared in SQL: {', '.join(DECLARED_KINDS)}"
-        )
-    else:
-        known = sorted(sources) + [f"'{k}' with url => ..." for k in DECLARED_KINDS]
-        raise UnknownSourceError("source", name, ", ".join(known))
+    lookup, inline = _resolve_source(sources, name, spec, allowed)
     input_schema: StructType = table.dataType
     columns = tuple(input_schema.fieldNames())
-    missing = [c for c in lookup.inputs if c not in columns]
-    if missing:  # in a task every row would miss (a NULL lookup key): say so now
-        raise TableArgumentError(
-            "source",
-            name,
-            f"a source whose input fields are columns of the table ({', '.join(columns)}); "
-            f"it reads {', '.join(lookup.inputs)}, and {missing[0]!r} is not a column",
-        )
+    _check_inputs(lookup, name, columns)
     shape = describe_input(
         columns,
         upsert_key=_constant("upsert_key", upsert_key),
@@ -187,6 +172,37 @@ def analyze(
     )
 
 
+def _resolve_source(
+    sources: Mapping[str, LookupSource],
+    name: str,
+    spec: dict[str, Any],
+    allowed: DeclaredSources | None,
+) -> tuple[LookupSource, LookupSource | None]:
+    """The source named, and whether it was declared in the call itself (inline)."""
+    if name in sources and not spec:
+        return sources[name], None
+    if name in DECLARED_KINDS and name not in sources:
+        inline = declared_source(name, spec, allowed)
+        return inline, inline
+    if spec:
+        raise ConfigError(
+            next(iter(spec)), "(given)", f"only with a source declared in SQL: {', '.join(DECLARED_KINDS)}"
+        )
+    known = sorted(sources) + [f"'{k}' with url => ..." for k in DECLARED_KINDS]
+    raise UnknownSourceError("source", name, ", ".join(known))
+
+
+def _check_inputs(lookup: LookupSource, name: str, columns: tuple[str, ...]) -> None:
+    missing = [c for c in lookup.inputs if c not in columns]
+    if missing:  # in a task every row would miss (a NULL lookup key): say so now
+        raise TableArgumentError(
+            "source",
+            name,
+            f"a source whose input fields are columns of the table ({', '.join(columns)}); "
+            f"it reads {', '.join(lookup.inputs)}, and {missing[0]!r} is not a column",
+        )
+
+
 class TableCall:
     """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
 
@@ -224,15 +240,8 @@ class TableCall:
         key: Any = None
         if decision.key:
             key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
-        op = KeyedAsyncWaitOperator(
-            source_adapter(self.source, conf),
-            mode=decision.mode,
-            key=key,
-            capacity=conf.buffer_capacity,
-            timeout=conf.timeout,
-            retry=conf.retry(),
-            output="pairs",
-        )
+        settings = conf.operator_settings(decision.mode, key=key, output="pairs")
+        op = KeyedAsyncWaitOperator.from_settings(source_adapter(self.source, conf), settings)
         self.push_size = max(1, min(_PUSH_SIZE, conf.buffer_capacity))
         self.driver = PushDriver(op, worker_loop().loop)
         return self.driver

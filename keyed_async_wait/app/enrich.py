@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from ..spark.api import AsyncDataStream, AsyncWaitMetrics
+    from ..spark.api import AsyncDataStream
+    from ..spark.metrics import AsyncWaitMetrics
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="kaw-enrich-"))
     source = Path(args.input) if args.input else work / "input"

@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .elements import OutputMode
 from .exceptions import ConfigError, UnknownSettingError
 from .retry import RetryStrategy, lookup_miss
+from .settings import OperatorSettings
 
 __all__ = ["ALL_KEYS", "PREFIX", "AsyncLookupConfig", "check_known_keys", "parse_bool", "parse_duration"]
 
@@ -148,6 +150,26 @@ class AsyncLookupConfig:
             return RetryStrategy.fixed_delay(self.max_attempts, self.fixed_delay, retry_on_result=predicate)
         return RetryStrategy.exponential_backoff(
             self.max_attempts, self.initial_delay, self.max_delay, self.multiplier, retry_on_result=predicate
+        )
+
+    def operator_settings(
+        self,
+        mode: OutputMode,
+        *,
+        capacity: int | None = None,
+        timeout: float | None = None,
+        retry: RetryStrategy | None = None,
+        **fixed: Any,
+    ) -> OperatorSettings:
+        """An operator's settings: capacity, timeout and retry from these settings unless given
+        (not None), the rest (``fixed``) as given. The one place where the Python API and the
+        SQL forms derive an operator's settings."""
+        return OperatorSettings(
+            mode=mode,
+            capacity=self.buffer_capacity if capacity is None else capacity,
+            timeout=self.timeout if timeout is None else timeout,
+            retry=self.retry() if retry is None else retry,
+            **fixed,
         )
 
 

@@ -24,7 +24,7 @@ from .values import ValueMismatch, column_converter
 
 __all__ = ["ColumnarRun", "supports_columnar"]
 
-log = logging.getLogger("keyed_async_wait.spark")
+log = logging.getLogger(__name__)
 
 CHUNK = 2_000  # keys per batch call
 

@@ -12,8 +12,6 @@ parked, with its position in the task's input as its order.
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +20,8 @@ from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
 from .memory import PeakMemory
 from .output import RowSource
-from .worker import Plan, _operator, _report, drive, instance_of, lookup_counts, worker_loop
+from .plan import Plan
+from .task import Task
 
 __all__ = ["STATE_COLUMN", "STATE_FIELDS", "ParkingPlan", "run_parking_partition"]
 
@@ -106,40 +105,30 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     """mapInArrow body: replay this partition's parked rows, run the new ones until the time cap,
     and emit results (state column null) and the rows parked again (state set), as they come."""
     memory = PeakMemory()
-    worker = worker_loop()
-    loop = worker.loop
-    adapter = worker.function(plan.token, plan.function)
-    op = _operator(plan, adapter, defer=parking.defer, emit_parked=True)
-    started = time.monotonic()
-    source = RowSource(plan)
-    key_of = op.key_selector
+    task = Task(plan, defer=parking.defer, emit_parked=True)
+    source = task.source
+    key_of = task.op.key_selector
     assert key_of is not None
     intake = _Intake(source, key_of)
-    instance = instance_of(adapter)
-    before = lookup_counts(instance)
-    cap = loop.call_later(parking.time_cap, op.hold) if parking.time_cap is not None else None
-    rows_out = parked_out = 0
-    peaks = {"in_flight": 0, "blocked_keys": 0}
+    cap = task.loop.call_later(parking.time_cap, task.op.hold) if parking.time_cap is not None else None
+    parked_out = 0
     try:
-        with contextlib.closing(drive(loop, op.process_batches(intake.chunks(iterator)))) as produced:
-            for chunk in produced:
-                gauges = op.stats
-                peaks["in_flight"] = max(peaks["in_flight"], gauges.in_flight)
-                peaks["blocked_keys"] = max(peaks["blocked_keys"], gauges.blocked_keys)
-                parked = [item for item in chunk if type(item) is ParkedItem]
-                if len(parked) != len(chunk):
-                    batch = source.assemble([item for item in chunk if type(item) is not ParkedItem])
-                    rows_out += batch.num_rows
-                    yield batch
-                if parked:
-                    parked_out += len(parked)
-                    yield _parked_batch(source, parked, parking)
+        for chunk in task.outputs(intake.chunks(iterator)):
+            parked = [item for item in chunk if type(item) is ParkedItem]
+            if len(parked) != len(chunk):
+                batch = source.assemble([item for item in chunk if type(item) is not ParkedItem])
+                task.rows_out += batch.num_rows
+                yield batch
+            if parked:
+                parked_out += len(parked)
+                yield _parked_batch(source, parked, parking)
     finally:
         if cap is not None:
             cap.cancel()
-        _report(plan, op, instance, before, rows_out, time.monotonic() - started, peaks)
+        task.report()
         if parking.counts is not None:
-            parking.counts.add([intake.new, intake.replayed, memory.growth_kib(), rows_out, parked_out])
+            growth = memory.growth_kib()
+            parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out])
 
 
 def _parked_batch(source: RowSource, items: list[ParkedItem], parking: ParkingPlan) -> Any:

@@ -30,7 +30,13 @@ class TurnsAction:
     the operator's own count of records inside (checked against its capacity at every start).
     """
 
-    def __init__(self, fail: Iterable[tuple[int, int]] = (), result_of: Callable[[dict], Any] | None = None):
+    def __init__(
+        self,
+        fail: Iterable[tuple[int, int]] = (),
+        result_of: Callable[[dict], Any] | None = None,
+        eager: bool = False,
+    ):
+        self.eager_start = eager  # run up to its first suspension without a task (0 turns: no task)
         self.fail = set(fail)
         self.result_of = result_of or (lambda r: {"id": r["id"], "k": r["k"]})
         self.attempts: Counter[int] = Counter()

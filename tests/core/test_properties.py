@@ -51,9 +51,9 @@ def _operator(action: TurnsAction, mode: OutputMode, capacity: int, **kw: Any) -
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures)
-def test_ordered_output_equals_input_order(stream: list[Any], capacity: int, fail: set) -> None:
-    action = TurnsAction(fail=fail)
+@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
+def test_ordered_output_equals_input_order(stream: list[Any], capacity: int, fail: set, eager: bool) -> None:
+    action = TurnsAction(fail=fail, eager=eager)
     op = _operator(action, OutputMode.ORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
     out = run(collect(op, stream))
     assert [x if isinstance(x, Watermark) else x["id"] for x in out] == [
@@ -64,11 +64,11 @@ def test_ordered_output_equals_input_order(stream: list[Any], capacity: int, fai
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures)
+@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
 def test_unordered_emits_everything_and_never_crosses_a_watermark(
-    stream: list[Any], capacity: int, fail: set
+    stream: list[Any], capacity: int, fail: set, eager: bool
 ) -> None:
-    action = TurnsAction(fail=fail)
+    action = TurnsAction(fail=fail, eager=eager)
     op = _operator(action, OutputMode.UNORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
     out = run(collect(op, stream))
     assert sorted(ids(out)) == [r["id"] for r in _records(stream)]
@@ -77,11 +77,11 @@ def test_unordered_emits_everything_and_never_crosses_a_watermark(
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures)
+@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
 def test_key_ordered_runs_one_record_per_key_in_arrival_order(
-    stream: list[Any], capacity: int, fail: set
+    stream: list[Any], capacity: int, fail: set, eager: bool
 ) -> None:
-    action = TurnsAction(fail=fail)
+    action = TurnsAction(fail=fail, eager=eager)
     op = _operator(action, OutputMode.KEY_ORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
     out = run(collect(op, stream))
     records = _records(stream)
@@ -98,12 +98,12 @@ def test_key_ordered_runs_one_record_per_key_in_arrival_order(
 
 
 @SETTINGS
-@given(stream=streams(), capacity=st.integers(2, 12))
-def test_key_ordered_runs_different_keys_concurrently(stream: list[Any], capacity: int) -> None:
+@given(stream=streams(), capacity=st.integers(2, 12), eager=st.booleans())
+def test_key_ordered_runs_different_keys_concurrently(stream: list[Any], capacity: int, eager: bool) -> None:
     # with two keys at least and latency, more than one record is in flight at some point
     slow = [dict(x, lat=3) if not isinstance(x, Watermark) else x for x in stream]
     keys = {x["k"] for x in _records(slow)}
-    action = TurnsAction()
+    action = TurnsAction(eager=eager)
     run(collect(_operator(action, OutputMode.KEY_ORDERED, capacity), slow))
     if len(keys) >= 2 and len(_records(slow)) >= 2:
         first_two_keys = [r["k"] for r in _records(slow)[:capacity]]
@@ -114,7 +114,8 @@ def test_key_ordered_runs_different_keys_concurrently(stream: list[Any], capacit
 class _BatchTurns:
     """A batching action: each batch takes some loop turns; records may fail one by one."""
 
-    def __init__(self, fail: set, turns: int) -> None:
+    def __init__(self, fail: set, turns: int, eager: bool = False) -> None:
+        self.eager_start = eager
         self.fail = set(fail)
         self.turns = turns
         self.attempts: dict[int, int] = {}
@@ -150,11 +151,12 @@ class _BatchTurns:
     turns=st.integers(0, 3),
     fail=failures,
     chunked=st.booleans(),
+    eager=st.booleans(),
 )
 def test_key_ordered_batches_keep_key_order(
-    stream: list[Any], capacity: int, batch_size: int, turns: int, fail: set, chunked: bool
+    stream: list[Any], capacity: int, batch_size: int, turns: int, fail: set, chunked: bool, eager: bool
 ) -> None:
-    action = _BatchTurns(fail, turns)
+    action = _BatchTurns(fail, turns, eager)
     op = KeyedAsyncWaitOperator(
         action,
         mode="key_ordered",

@@ -67,6 +67,41 @@ def test_a_bad_option_fails_at_the_call_before_any_job(df: Any, options: dict, m
     assert df.sparkSession.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no job ran
 
 
+@pytest.mark.parametrize("call", ["ordered_wait", "unordered_wait", "key_ordered_wait", "key_ordered_stream"])
+def test_a_misspelt_option_is_named_with_the_closest_and_the_valid_ones(df: Any, call: str) -> None:
+    wait = getattr(AsyncDataStream, call)
+    with pytest.raises(UnknownSettingError) as raised:
+        wait(df, ok, *(["order_id"] if "key" in call else []), capacty=5)
+    message = str(raised.value)
+    assert f"unknown setting {call}() option capacty=5; did you mean capacity" in message
+    assert "timeout, capacity, retry" in message  # every valid option listed
+
+
+def test_a_misspelt_option_is_a_type_error_for_mypy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    use = tmp_path / "use.py"
+    use.write_text(
+        "from pyspark.sql import DataFrame\n"
+        "from keyed_async_wait import AsyncDataStream\n\n\n"
+        "def enrich(df: DataFrame, fn: object) -> DataFrame:\n"
+        "    ok = AsyncDataStream.key_ordered_wait(df, fn, 'id', capacity=5, order_by='seq')\n"
+        "    return AsyncDataStream.ordered_wait(ok, fn, capacty=5)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", str(use)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(str(use))]
+    assert len(lines) == 1, done.stdout  # the misspelt option, and nothing else
+    assert 'Argument "capacty" to "ordered_wait"' in lines[0]
+
+
 def test_a_lookup_template_naming_a_missing_column_fails_at_the_call(df: Any) -> None:
     users = HttpLookup("http://127.0.0.1:1/users/{customer_id}", fields=[Field("name")])
     with pytest.raises(ConfigError, match=r"input field='customer_id'.*seq, order_id, user_id"):

@@ -1,0 +1,195 @@
+"""One Spark task, whatever its kind: plain, parked-state or columnar.
+
+:class:`Task` holds what every task needs (the process's loop and function instance, the
+operator built from the plan, the row source, peaks and counts) and reports once at its end,
+in the task log and in the plan's :class:`~keyed_async_wait.spark.metrics.AsyncWaitMetrics`.
+:func:`run_partition` is the ``mapInArrow`` body of the three waits;
+:func:`~keyed_async_wait.spark.parked.run_parking_partition` that of ``key_ordered_stream``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any
+
+from ..core.backlog import Gear
+from ..core.latency import LatencyHistogram
+from ..core.parking import DeferPolicy
+from ..runtime.function import FunctionAdapter
+from .columnar import ColumnarRun, supports_columnar
+from .output import RowSource
+from .plan import Plan, task_operator
+from .worker import drive, worker_loop
+
+__all__ = ["Task", "instance_of", "lookup_counts", "run_partition"]
+
+log = logging.getLogger(__name__)
+
+
+class Task:
+    """What one task runs and counts; :meth:`report` once at its end (in a ``finally``)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        gear: Gear | None = None,
+        defer: DeferPolicy | None = None,
+        emit_parked: bool = False,
+    ) -> None:
+        worker = worker_loop()
+        self.plan, self.gear, self.loop = plan, gear, worker.loop
+        adapter = worker.function(plan.token, plan.function)
+        self.op = task_operator(plan, adapter, gear, defer, emit_parked)
+        self.source = RowSource(plan)
+        self.instance = instance_of(adapter)
+        self._before = lookup_counts(self.instance)
+        self._started = time.monotonic()
+        self.rows_out = 0
+        self.peak_in_flight = self.peak_blocked_keys = 0
+        self.columnar: ColumnarRun | None = None  # the part a backlog task ran column-wise
+
+    def outputs(self, chunks: Iterator[list[Any]]) -> Iterator[list[Any]]:
+        """The operator's output chunks over ``chunks``, the task thread driving the loop."""
+        op = self.op
+        with contextlib.closing(drive(self.loop, op.process_batches(chunks))) as produced:
+            for chunk in produced:
+                gauges = op.stats  # sampled once per output chunk
+                self.peak_in_flight = max(self.peak_in_flight, gauges.in_flight)
+                self.peak_blocked_keys = max(self.peak_blocked_keys, gauges.blocked_keys)
+                yield chunk
+
+    def report(self) -> None:
+        """One log line and the plan's metrics, for the whole task (columnar part included)."""
+        plan, stats, columnar = self.plan, self.op.stats, self.columnar
+        after = lookup_counts(self.instance)
+        lookups = {k: after[k] - self._before.get(k, 0) for k in after}
+        records = stats.records_in + (columnar.records if columnar else 0)
+        rows_out = self.rows_out + (columnar.rows_out if columnar else 0)
+        # a columnar lookup is one attempt per distinct key
+        attempts = stats.attempts + (lookups.get("lookups", 0) if columnar and not stats.attempts else 0)
+        latency = self.op.latency or LatencyHistogram()
+        gear = self.gear
+        log.info(
+            "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs attempts=%d retries=%d "
+            "timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d peak_blocked_keys=%d "
+            "latency_p50=%s p95=%s p99=%s",
+            plan.mode.name,
+            gear.name if gear else "-",
+            " (columnar)" if columnar else "",
+            records,
+            rows_out,
+            time.monotonic() - self._started,
+            attempts,
+            stats.retries,
+            stats.timeouts,
+            stats.failures,
+            lookups.get("lookups", "-"),
+            lookups.get("cache_hits", "-"),
+            self.peak_in_flight,
+            self.peak_blocked_keys,
+            *(_ms(latency.percentile(p)) for p in (50, 95, 99)),
+        )
+        if plan.metrics is not None:
+            plan.metrics.add_task(
+                records=records,
+                rows_out=rows_out,
+                attempts=attempts,
+                retries=stats.retries,
+                timeouts=stats.timeouts,
+                failures=stats.failures,
+                lookups=lookups.get("lookups", 0),
+                cache_hits=lookups.get("cache_hits", 0),
+                peak_in_flight=self.peak_in_flight,
+                peak_blocked_keys=self.peak_blocked_keys,
+                backlog_tasks=int(gear is not None and gear.name == "backlog"),
+                caught_up_tasks=int(gear is not None and gear.name != "backlog"),
+                latency=latency,
+            )
+
+
+def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
+    """The mapInArrow body: Arrow batches in, Arrow batches of input + result columns out.
+
+    Intake reads the next Arrow batch whenever the operator has room, so records of later
+    batches start while earlier ones are in flight: concurrency does not stop at batch ends.
+    """
+    batches: Iterator[Any] = iter(iterator)
+    gear = None
+    if plan.backlog is not None:
+        gear, reason, batches = _choose_gear(plan, batches)
+        log.info("async wait task: gear=%s because %s", gear.name, reason)
+    task = Task(plan, gear)
+    # backlog: identical lookups of the whole task are made once (a lookup's run-scoped cache)
+    memo = getattr(task.instance, "memoized", None)
+    backlog = gear is not None and gear.name == "backlog"
+    try:
+        with memo() if backlog and memo is not None else contextlib.nullcontext():
+            if backlog and supports_columnar(plan, task.instance):
+                task.columnar = columnar = ColumnarRun(plan, task.instance, task.loop)
+                yield from columnar.batches(batches)
+                if columnar.pending is None:
+                    return
+                batches = chain([columnar.pending], batches)
+            source = task.source
+            for chunk in task.outputs(source.chunks(batches, plan.sort_by)):
+                batch = source.assemble(chunk)
+                task.rows_out += batch.num_rows
+                yield batch
+    finally:
+        task.report()
+
+
+def _choose_gear(plan: Plan, batches: Iterator[Any]) -> tuple[Gear, str, Iterator[Any]]:
+    """Look ahead at the task's Arrow batches until the policy can decide; the gear, the reason,
+    and the batches again (those looked at first)."""
+    policy = plan.backlog
+    assert policy is not None
+    seen: list[Any] = []
+    rows, ended = 0, False
+    if not plan.bounded and policy.is_backlog is None:
+        while rows < policy.threshold_rows:
+            batch = next(batches, None)
+            if batch is None:
+                ended = True
+                break
+            seen.append(batch)
+            rows += batch.num_rows
+    gear, reason = policy.decide(bounded=plan.bounded, rows=rows, input_ended=ended, lag=_lag(plan, seen))
+    return gear, reason, chain(seen, batches)
+
+
+def _lag(plan: Plan, batches: list[Any]) -> float | None:
+    """Seconds the newest event time seen lags the clock (None without an event-time column)."""
+    import pyarrow.compute as pc
+
+    column = plan.event_time
+    if column is None:
+        return None
+    newest = None
+    for batch in batches:
+        value = pc.max(batch.column(column)).as_py()
+        if value is not None and (newest is None or value > newest):
+            newest = value
+    if newest is None:
+        return None
+    stamp = newest.timestamp() if hasattr(newest, "timestamp") else float(newest)
+    return time.time() - stamp
+
+
+def instance_of(adapter: FunctionAdapter) -> Any:
+    return getattr(adapter.call, "__self__", None)
+
+
+def lookup_counts(instance: Any) -> dict[str, int]:
+    stats = getattr(instance, "stats", None)
+    if stats is None:
+        return {}
+    return {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}ms"

@@ -1,0 +1,122 @@
+"""A lookup's batch calls: many records, their distinct keys, one call to the service."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from .cache import MISS
+from .exceptions import LookupServiceError
+from .parts import LookupParts, suspend
+
+__all__ = ["BatchedLookups"]
+
+
+class BatchedLookups(LookupParts):
+    """``invoke_batch`` of a lookup that batches: cache, deduplication and one call per batch."""
+
+    def request_keys(self, records: list[Any]) -> list[Hashable | LookupServiceError]:
+        """:meth:`request_key` for many records; a record without one gets its error."""
+        try:
+            return self._request_keys_fast(records)
+        except LookupServiceError:
+            pass
+        keys: list[Hashable | LookupServiceError] = []
+        for record in records:
+            try:
+                keys.append(self.request_key(record))
+            except LookupServiceError as exc:
+                keys.append(exc)
+        return keys
+
+    async def _invoke_batch(self, records: list[Any]) -> list[Any]:
+        stats, cache = self.stats, self.cache
+        stats.records += len(records)
+        keys = self.request_keys(records)
+        if cache is None and len(dict.fromkeys(keys)) == len(keys):
+            fast = await self._fetch_distinct(keys)
+            if fast is not None:
+                return fast
+        out: list[Any] = [None] * len(records)
+        cached = cache.get_many(keys) if cache is not None else None
+        wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
+        repeated = False
+        plain = self.mapper.fields is None and self.mapper.result_path is None
+        hits = 0
+        value: Any
+        for i, key in enumerate(keys):
+            if cached is not None:
+                value = cached[i]
+                if value is not MISS:
+                    hits += 1
+                    out[i] = ([] if value is None else [value]) if plain else self._mapped(value, key)
+                    continue
+            if isinstance(key, LookupServiceError):
+                out[i] = key
+                continue
+            slot = wanted.setdefault(key, i)
+            if slot != i:
+                repeated = True
+                stats.deduplicated += 1
+                wanted[key] = [*slot, i] if isinstance(slot, list) else [slot, i]
+        stats.cache_hits += hits
+        if not wanted:
+            return out
+        await suspend()
+        unique = list(wanted)
+        answers = await self._fetch_counted(unique)
+        if isinstance(answers, LookupServiceError):
+            for slot in wanted.values():
+                for i in slot if isinstance(slot, list) else (slot,):
+                    out[i] = answers
+            return out
+        for key, answer in zip(unique, answers, strict=True):
+            if isinstance(answer, BaseException):
+                stats.errors += 1
+                value = answer
+            else:
+                if cache is not None:
+                    cache.put(key, answer)
+                if answer is None:
+                    stats.misses += 1
+                    value = []
+                elif plain:
+                    value = [answer]
+                else:
+                    value = self._mapped(answer, key)
+            slot = wanted[key]
+            if repeated and isinstance(slot, list):
+                for i in slot:
+                    out[i] = value
+            else:
+                out[slot] = value
+        return out
+
+    async def _fetch_distinct(self, keys: list[Any]) -> list[Any] | None:
+        """Distinct keys, no cache: one request, answers mapped straight onto the records.
+
+        None when a key is an error (the general path then names it per record).
+        """
+        if any(isinstance(key, LookupServiceError) for key in keys):
+            return None
+        await suspend()
+        stats = self.stats
+        answers = await self._fetch_counted(keys)
+        if isinstance(answers, LookupServiceError):
+            return [answers] * len(keys)
+        if self.mapper.fields is None and self.mapper.result_path is None:
+            out = [[a] if a is not None and not isinstance(a, BaseException) else a for a in answers]
+        else:
+            out = [
+                a if a is None or isinstance(a, BaseException) else self._mapped(a, k)
+                for k, a in zip(keys, answers, strict=True)
+            ]
+        misses = 0
+        for i, value in enumerate(out):
+            if value is None:
+                out[i] = []
+                misses += 1
+            elif isinstance(value, BaseException):
+                stats.errors += 1
+        stats.misses += misses
+        return out

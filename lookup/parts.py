@@ -1,0 +1,85 @@
+"""What the parts of a lookup share: counters, one loop turn, and the attributes and hooks the
+parts (:mod:`.batched`, :mod:`.columnar`) use; :class:`~lookup.base.Lookup` fills them in."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Generator, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from .cache import PartialCache
+from .exceptions import LookupServiceError
+from .fields import FieldMapper
+
+__all__ = ["LookupParts", "LookupStats", "suspend"]
+
+
+@types.coroutine
+def suspend() -> Generator[None, None, None]:
+    """Give the loop one turn, so that an eagerly started call continues inside its task."""
+    yield
+
+
+@dataclass
+class LookupStats:
+    """Counters of one lookup instance in one process (read-only for callers)."""
+
+    records: int = 0  # records asked for
+    requests: int = 0  # calls to the service (one per GET, one per MGET or batch POST)
+    keys_fetched: int = 0  # lookup keys asked of the service
+    cache_hits: int = 0
+    deduplicated: int = 0  # records served by a request another record had made
+    misses: int = 0  # answers that found nothing
+    errors: int = 0
+
+
+class LookupParts:
+    """The attributes and hooks of a lookup that its parts rely on."""
+
+    service = "service"
+    batching = False
+    stats: LookupStats
+    cache: PartialCache | None
+    mapper: FieldMapper
+    _memo_results: dict[Hashable, Any] | None
+
+    def request_key(self, record: Any) -> Hashable:
+        """What identifies one lookup (for the cache, deduplication and batches)."""
+        raise NotImplementedError
+
+    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
+        raise NotImplementedError
+
+    async def _fetch_one(self, key: Hashable) -> Any:
+        raise NotImplementedError
+
+    def input_fields(self) -> tuple[str, ...]:
+        """The record fields the lookup's templates read, in order of first use."""
+        return ()
+
+    def _result(self, answer: Any, key: Hashable) -> list[dict[str, Any]]:
+        if answer is None:
+            self.stats.misses += 1
+            return []
+        return [self.mapper.map(answer, key, self.service)]
+
+    def _mapped(self, answer: Any, key: Hashable) -> Any:
+        try:
+            return self._result(answer, key)
+        except LookupServiceError as exc:
+            return exc
+
+    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+        return [self.request_key(record) for record in records]
+
+    async def _fetch_counted(self, keys: list[Any]) -> list[Any] | LookupServiceError:
+        """One batch call, counted; the error instead of the answers when the call failed."""
+        stats = self.stats
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            return await self._fetch_many(keys)
+        except LookupServiceError as exc:
+            stats.errors += 1
+            return exc
