@@ -79,7 +79,7 @@ class AsyncLookupSQL:
         self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
 
     def decisions(self) -> dict[str, int]:
-        """Which mode the table function ran, and why, with the number of instances that ran it
+        """Which mode the table function ran, and why, with the number of tasks that ran it
         (read on the driver after an action; counts accumulate over the session)."""
         return dict(self._decisions.value)
 

@@ -14,12 +14,12 @@ The output is the table's columns followed by the source's result columns; a loo
 several results gives several rows.
 
 Which mode runs follows FLIP-519's truth table (:mod:`sql_ext.modes`), decided in each task
-from the session settings, logged (logger ``sql_ext``) and counted in
+from the session settings, logged (logger ``sql_ext.table``) and counted in
 :meth:`AsyncLookupSQL.decisions`. An update stream is partitioned by a hash of its key into
-``buckets`` groups, ordered by ``order_by`` inside each; Spark makes one instance per group, so
-all keys of a group run concurrently in one operator and one key never spans two groups
-(``PARTITION BY`` the key itself would make one instance per key: no concurrency at all).
-An insert-only input keeps its partitioning: one instance per Spark partition.
+``buckets`` groups, ordered by ``order_by`` inside each, so one key never spans two groups.
+Spark makes one instance per group and runs a task's groups one after another; the groups of a
+task share one operator (:mod:`sql_ext.groups`), so every key of the task runs concurrently,
+whatever the bucket count. An insert-only input keeps its partitioning.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from keyed_async_wait.spark.worker import worker_loop
 from .allowlist import DeclaredSources
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
+from .groups import SharedCalls, at_group_boundary
 from .modes import InputShape, decide, describe_input
 from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
@@ -253,14 +254,33 @@ class TableCall:
             batch, self.pending = self.pending, []
             yield from self._rows(self._guarded(driver.push, batch))
 
+    def flush(self) -> Iterator[tuple[Any, ...]]:
+        """A group ended, the task goes on: hand over what is pending, the rows ready so far."""
+        driver = self.driver
+        if driver is None or not self.pending:
+            return iter(()) if driver is None else self._rows(driver.take())
+        batch, self.pending = self.pending, []
+        return self._rows(self._guarded(driver.push, batch))
+
     def terminate(self) -> Iterator[tuple[Any, ...]]:
+        """The task's input ended: every row still in flight, waited for."""
         driver = self.driver
         if driver is None:
             return
         batch, self.pending = self.pending, []
         outputs = self._guarded(driver.push, batch) if batch else []
         outputs += self._guarded(driver.finish)
+        self.driver = None
         yield from self._rows(outputs)
+
+    @property
+    def running(self) -> bool:
+        return self.driver is not None
+
+    def abort(self) -> None:
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            driver.abort()
 
     def _guarded(self, step: Any, *args: Any) -> list[Any]:
         assert self.driver is not None
@@ -318,12 +338,36 @@ def table_function_class(
             return analyze(bound, table, source, options, allowed)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
-            self._call = TableCall(bound, analyze_result, decisions, time_zone)
+            # the groups of one task share one call (sql_ext.groups): all their keys run at once
+            self._source = analyze_result.source
+            self._slot, self._call = _SHARED.get(
+                id(type(self)), lambda: TableCall(bound, analyze_result, decisions, time_zone)
+            )
 
         def eval(self, row: Any, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, ...]]:
-            yield from self._call.eval(row)
+            yield from self._failing_stops(self._call.eval(row))
 
         def terminate(self) -> Iterator[tuple[Any, ...]]:
-            yield from self._call.terminate()
+            if at_group_boundary():  # not a generator: this must see its caller
+                return self._failing_stops(self._call.flush())
+            _SHARED.last(self._slot)
+            return self._call.terminate()
+
+        def _failing_stops(self, rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+            try:
+                yield from rows
+            except BaseException:
+                _SHARED.left_open(self._slot)  # the task fails with this error: its lookups stop
+                raise
+
+        def cleanup(self) -> None:
+            if _SHARED.left_open(self._slot) is not None:
+                raise RuntimeError(
+                    f"async_lookup({self._source}): the task ended with lookups in "
+                    "flight whose rows were not emitted (no final terminate); the task fails instead"
+                )
 
     return AsyncLookup
+
+
+_SHARED = SharedCalls()  # per worker process: the call the groups of the running task share

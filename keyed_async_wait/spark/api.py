@@ -320,6 +320,9 @@ def _wait(
         raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
     plan, out, results = make_plan(df, fn, mode, **options)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
+    metrics = options.get("metrics")
+    if metrics is not None and metrics.observed:
+        enriched = metrics.observe(enriched)
     if observe is None:
         return enriched
     # Spark's observed metrics: per batch query, or per micro-batch in the streaming query progress

@@ -1,15 +1,19 @@
-"""Task counters summed on the driver: :class:`AsyncWaitMetrics` (Spark accumulators)."""
+"""Task counters summed on the driver: :class:`AsyncWaitMetrics` (accumulators or observed metrics)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from pyspark import AccumulatorParam, SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, LongType, StructField, StructType
 
+from ..core.exceptions import ConfigError
 from ..core.latency import LatencyHistogram
 
-__all__ = ["AsyncWaitMetrics"]
+__all__ = ["TASK_COLUMN", "AsyncWaitMetrics", "is_connect", "task_struct"]
 
 
 class _ListAdd(AccumulatorParam):
@@ -28,11 +32,34 @@ class _ListMax(AccumulatorParam):
         return [max(x, y) for x, y in zip(a, b, strict=True)]
 
 
+TASK_COLUMN = "_kaw_task"  # observed metrics: one row per task carries its counts here
+
+
 class AsyncWaitMetrics:
-    """Counters summed over every task, through Spark accumulators (read them on the driver
-    after an action): records, rows out, attempts, retries, timeouts, failures, lookups made,
-    cache hits, the peak records in flight and blocked keys of any task, and latency
-    percentiles from a fixed-size histogram (:class:`LatencyHistogram`, within 9%)."""
+    """Counters summed over every task: records, rows out, attempts, retries, timeouts,
+    failures, lookups made, cache hits, the peak records in flight and blocked keys of any task,
+    and latency percentiles from a fixed-size histogram (:class:`LatencyHistogram`, within 9%).
+    Read :attr:`value` on the driver after an action.
+
+    Parameters
+    ----------
+    spark : SparkSession or SparkContext
+        The session of the waits it counts (classic or Spark Connect).
+    via : {"auto", "accumulators", "observe"}
+        How tasks report. ``accumulators`` (classic sessions): every task adds its counts as it
+        ends, also in streaming queries; one instance may count several waits. ``observe``
+        (the only way on Spark Connect, which has no accumulators): each task emits one extra
+        row that Spark's observed metrics sum (:class:`pyspark.sql.Observation`) and that is
+        filtered out before anything else sees it; one instance counts one wait, in a batch
+        query, and its output columns become nullable. ``auto``: accumulators where there are
+        any, else observe.
+
+    Raises
+    ------
+    ConfigError
+        An unknown ``via``, accumulators on Spark Connect, or an observing instance given to a
+        second wait or to a streaming query.
+    """
 
     COUNTERS = (
         "records",
@@ -48,11 +75,29 @@ class AsyncWaitMetrics:
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 
-    def __init__(self, spark: SparkSession | SparkContext) -> None:
-        sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
-        self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
-        self._histogram = sc.accumulator([0] * LatencyHistogram.SIZE, _ListAdd())
-        self._peaks = sc.accumulator([0] * len(self.PEAKS), _ListMax())
+    def __init__(self, spark: SparkSession | SparkContext, via: str = "auto") -> None:
+        connect = is_connect(spark)
+        if via not in ("auto", "accumulators", "observe"):
+            raise ConfigError("via", via, "'auto', 'accumulators', 'observe'")
+        if via == "accumulators" and connect:
+            raise ConfigError("via", via, "'observe' or 'auto' on Spark Connect (it has no accumulators)")
+        self.via = "observe" if via == "observe" or connect else "accumulators"
+        self._observation: Any = None
+        self._used = False
+        if self.via == "accumulators":
+            sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
+            self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
+            self._histogram = sc.accumulator([0] * LatencyHistogram.SIZE, _ListAdd())
+            self._peaks = sc.accumulator([0] * len(self.PEAKS), _ListMax())
+
+    @property
+    def observed(self) -> bool:
+        return self.via == "observe"
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.observed:  # the tasks report through their rows; nothing of this travels
+            raise TypeError("an observing AsyncWaitMetrics is not sent to the tasks")
+        return self.__dict__.copy()
 
     def add_task(self, *, latency: LatencyHistogram | None = None, **counts: int) -> None:
         self._counters.add([int(counts.get(name, 0)) for name in self.COUNTERS])
@@ -60,11 +105,50 @@ class AsyncWaitMetrics:
             self._histogram.add(latency.counts)
         self._peaks.add([int(counts.get(name, 0)) for name in self.PEAKS])
 
+    def observe(self, df: DataFrame) -> DataFrame:
+        """``df`` (a wait's output with :data:`TASK_COLUMN`) observed, and without the task rows."""
+        from pyspark.sql import Observation
+
+        if self._used:
+            raise ConfigError("metrics", "an observing AsyncWaitMetrics used twice", "one per wait")
+        if df.isStreaming:
+            raise ConfigError(
+                "metrics",
+                "an observing AsyncWaitMetrics on a streaming query",
+                "a classic session (accumulators); on Spark Connect, the query's progress",
+            )
+        self._used = True
+        self._observation = Observation(f"kaw_metrics_{uuid.uuid4().hex[:12]}")
+        task = F.col(TASK_COLUMN)
+        measures = [F.sum(task[name]).alias(name) for name in self.COUNTERS]
+        measures += [F.max(task[name]).alias(name) for name in self.PEAKS]
+        measures += [F.sum(task["latency"][i]).alias(f"h{i}") for i in range(LatencyHistogram.SIZE)]
+        observed = df.observe(self._observation, *measures)
+        return observed.where(task.isNull()).drop(TASK_COLUMN)
+
     @property
     def value(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(zip(self.COUNTERS, self._counters.value, strict=True))
-        out.update(zip(self.PEAKS, self._peaks.value, strict=True))
-        histogram = LatencyHistogram(self._histogram.value)
+        if self.observed:
+            got = self._observation.get if self._observation is not None else {}
+            counters = [int(got.get(name) or 0) for name in self.COUNTERS]
+            peaks = [int(got.get(name) or 0) for name in self.PEAKS]
+            counts = [int(got.get(f"h{i}") or 0) for i in range(LatencyHistogram.SIZE)]
+        else:
+            counters, peaks, counts = self._counters.value, self._peaks.value, self._histogram.value
+        out: dict[str, Any] = dict(zip(self.COUNTERS, counters, strict=True))
+        out.update(zip(self.PEAKS, peaks, strict=True))
+        histogram = LatencyHistogram(counts)
         for p in (50, 95, 99):
             out[f"latency_p{p}_s"] = histogram.percentile(p)
         return out
+
+
+def task_struct() -> StructType:
+    """The type of :data:`TASK_COLUMN`."""
+    fields = [StructField(name, LongType()) for name in (*AsyncWaitMetrics.COUNTERS, *AsyncWaitMetrics.PEAKS)]
+    return StructType([*fields, StructField("latency", ArrayType(LongType()))])
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM, no SparkContext, no accumulators)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -21,7 +21,7 @@ from ..core.exceptions import ConfigError
 from ..core.keys import WHOLE_RECORD, field_names
 from ..core.retry import RetryStrategy
 from ..core.settings import check_instance
-from .metrics import AsyncWaitMetrics
+from .metrics import TASK_COLUMN, AsyncWaitMetrics, task_struct
 from .plan import Plan
 
 __all__ = [
@@ -176,6 +176,17 @@ def make_plan(
         fields.append(StructField(error_column, ERROR_STRUCT, True))
     if event_time is not None and event_time not in df.columns:
         raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
+    observed = metrics is not None and metrics.observed
+    if observed:  # one row per task carries its counts; every other column is null in it
+        if df.isStreaming or passthrough:
+            raise ConfigError(
+                "metrics",
+                "an observing AsyncWaitMetrics on a streaming query",
+                "a classic session's AsyncWaitMetrics (accumulators); on Spark Connect, the query's progress",
+            )
+        fields = [StructField(f.name, f.dataType, True, f.metadata) for f in fields]
+        passthrough = [StructField(TASK_COLUMN, task_struct(), True)]
+        passing = [TASK_COLUMN]
     out = StructType(fields + list(passthrough))
     time_zone = session_time_zone(spark)
     plan = Plan(
@@ -190,7 +201,8 @@ def make_plan(
         session_tz=time_zone,
         passthrough=tuple(passing),
         sort_by=sort_in_task,
-        metrics=metrics,
+        metrics=None if observed else metrics,
+        task_column=TASK_COLUMN if observed else None,
         backlog=_backlog_policy(backlog),
         bounded=not df.isStreaming,
         event_time=event_time,

@@ -37,6 +37,7 @@ class Plan:
     passthrough: tuple[str, ...] = ()  # columns set by the stage itself (parked state)
     sort_by: list[str] | None = None  # order inside the task (streaming: no sortWithinPartitions)
     metrics: Any = None  # AsyncWaitMetrics (accumulators), or None
+    task_column: str | None = None  # observed metrics: each task ends with a row of its counts here
     backlog: BacklogPolicy | None = None  # None: fixed settings, no gears
     bounded: bool = False  # a batch query (always backlog under a policy)
     event_time: str | None = None  # a column whose lag behind the clock signals a backlog
@@ -71,7 +72,7 @@ def task_operator(
         on_error="defer" if defer is not None else "emit" if plan.error_column else "fail",
         defer=defer,
         output="pairs",
-        track_latency=plan.metrics is not None,
+        track_latency=plan.metrics is not None or plan.task_column is not None,
         emit_parked=emit_parked,
     )
     return KeyedAsyncWaitOperator.from_settings(shared(adapter), settings)

@@ -62,8 +62,9 @@ class Task:
                 self.peak_blocked_keys = max(self.peak_blocked_keys, gauges.blocked_keys)
                 yield chunk
 
-    def report(self) -> None:
-        """One log line and the plan's metrics, for the whole task (columnar part included)."""
+    def report(self) -> dict[str, Any]:
+        """One log line and the plan's metrics, for the whole task (columnar part included);
+        the counts reported."""
         plan, stats, columnar = self.plan, self.op.stats, self.columnar
         after = lookup_counts(self.instance)
         lookups = {k: after[k] - self._before.get(k, 0) for k in after}
@@ -93,22 +94,33 @@ class Task:
             self.peak_blocked_keys,
             *(_ms(latency.percentile(p)) for p in (50, 95, 99)),
         )
+        counts = dict(
+            records=records,
+            rows_out=rows_out,
+            attempts=attempts,
+            retries=stats.retries,
+            timeouts=stats.timeouts,
+            failures=stats.failures,
+            lookups=lookups.get("lookups", 0),
+            cache_hits=lookups.get("cache_hits", 0),
+            peak_in_flight=self.peak_in_flight,
+            peak_blocked_keys=self.peak_blocked_keys,
+            backlog_tasks=int(gear is not None and gear.name == "backlog"),
+            caught_up_tasks=int(gear is not None and gear.name != "backlog"),
+        )
         if plan.metrics is not None:
-            plan.metrics.add_task(
-                records=records,
-                rows_out=rows_out,
-                attempts=attempts,
-                retries=stats.retries,
-                timeouts=stats.timeouts,
-                failures=stats.failures,
-                lookups=lookups.get("lookups", 0),
-                cache_hits=lookups.get("cache_hits", 0),
-                peak_in_flight=self.peak_in_flight,
-                peak_blocked_keys=self.peak_blocked_keys,
-                backlog_tasks=int(gear is not None and gear.name == "backlog"),
-                caught_up_tasks=int(gear is not None and gear.name != "backlog"),
-                latency=latency,
-            )
+            plan.metrics.add_task(latency=latency, **counts)
+        return {**counts, "latency": latency.counts}
+
+    def task_row(self, counts: dict[str, Any]) -> Any:
+        """The row that carries this task's counts to observed metrics (the rest null)."""
+        import pyarrow as pa
+
+        column, schema = self.plan.task_column, self.plan.out_schema
+        arrays = [
+            pa.array([counts], type=f.type) if f.name == column else pa.nulls(1, type=f.type) for f in schema
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
@@ -128,19 +140,27 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     backlog = gear is not None and gear.name == "backlog"
     try:
         with memo() if backlog and memo is not None else contextlib.nullcontext():
-            if backlog and supports_columnar(plan, task.instance):
-                task.columnar = columnar = ColumnarRun(plan, task.instance, task.loop)
-                yield from columnar.batches(batches)
-                if columnar.pending is None:
-                    return
-                batches = chain([columnar.pending], batches)
-            source = task.source
-            for chunk in task.outputs(source.chunks(batches, plan.sort_by)):
-                batch = source.assemble(chunk)
-                task.rows_out += batch.num_rows
-                yield batch
-    finally:
+            yield from _run(plan, task, batches, backlog)
+    except BaseException:
         task.report()
+        raise
+    counts = task.report()
+    if plan.task_column is not None:
+        yield task.task_row(counts)
+
+
+def _run(plan: Plan, task: Task, batches: Iterator[Any], backlog: bool) -> Iterator[Any]:
+    if backlog and supports_columnar(plan, task.instance):
+        task.columnar = columnar = ColumnarRun(plan, task.instance, task.loop)
+        yield from columnar.batches(batches)
+        if columnar.pending is None:
+            return
+        batches = chain([columnar.pending], batches)
+    source = task.source
+    for chunk in task.outputs(source.chunks(batches, plan.sort_by)):
+        batch = source.assemble(chunk)
+        task.rows_out += batch.num_rows
+        yield batch
 
 
 def _choose_gear(plan: Plan, batches: Iterator[Any]) -> tuple[Gear, str, Iterator[Any]]:

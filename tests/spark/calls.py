@@ -25,3 +25,13 @@ def overlaps_and_disorder(calls: list[Any]) -> tuple[int, int]:
             overlapping += b[0] < a[1]
             disordered += b[2] < a[2]
     return overlapping, disordered
+
+
+def peak_concurrency(calls: list[Any]) -> int:
+    """The most calls the service had in flight at once."""
+    edges = sorted([(start, 1) for _, start, _, _ in calls] + [(end, -1) for _, _, end, _ in calls])
+    peak = now = 0
+    for _, step in edges:  # an end sorts before a start at the same instant
+        now += step
+        peak = max(peak, now)
+    return peak

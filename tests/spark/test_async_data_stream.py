@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, split_errors
+from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, RetryStrategy, split_errors
 from lookup import Field, HttpLookup, RedisLookup
 
 from ..processes import run_bounded
@@ -56,6 +56,39 @@ def test_key_ordered_wait_never_overlaps_a_key_and_keeps_its_order(spark: Any, s
     assert m["records"] == 1200 and m["rows_out"] == 1200 and m["lookups"] == 1200
     assert m["latency_p50_s"] is not None
     assert 1 <= m["peak_in_flight"] <= 100 and m["peak_blocked_keys"] >= 1
+
+
+@pytest.mark.parametrize("via", ["accumulators", "observe"])
+def test_metrics_count_the_same_through_accumulators_and_observed_metrics(
+    spark: Any, service: Any, via: str
+) -> None:
+    from pyspark.sql import Row
+
+    url, state = service
+    state.fail(503, count=30)  # 30 retries, whichever records get them
+    df = spark.createDataFrame([Row(seq=i, order_id=i % 50, user_id=i % 40) for i in range(400)])
+    metrics = AsyncWaitMetrics(spark, via=via)
+    out = AsyncDataStream.key_ordered_wait(
+        df, user_lookup(url), "order_id", retry=RetryStrategy.fixed_delay(5, 0), metrics=metrics
+    )
+    assert out.columns == [*df.columns, "name", "tier"]  # the task rows never show
+    rows = out.collect()
+    assert sorted(r.seq for r in rows) == list(range(400))
+    m = metrics.value
+    assert (m["records"], m["rows_out"], m["lookups"], m["retries"]) == (400, 400, 430, 30)
+    assert m["attempts"] == 430 and m["failures"] == 0
+    assert m["latency_p50_s"] is not None and m["peak_in_flight"] >= 1
+
+
+def test_an_observing_metrics_object_counts_one_wait(spark: Any, service: Any) -> None:
+    url, _ = service
+    df = spark.createDataFrame(updates(10), SCHEMA)
+    metrics = AsyncWaitMetrics(spark, via="observe")
+    AsyncDataStream.unordered_wait(df, user_lookup(url), metrics=metrics)
+    with pytest.raises(ConfigError, match="used twice"):
+        AsyncDataStream.unordered_wait(df, user_lookup(url), metrics=metrics)
+    with pytest.raises(ConfigError, match="via='sometimes'"):
+        AsyncWaitMetrics(spark, via="sometimes")
 
 
 def test_unordered_wait_lets_one_key_overlap(spark: Any, service: Any) -> None:

@@ -71,7 +71,10 @@ def test_a_bad_option_fails_at_the_call_before_any_job(df: Any, options: dict, m
 def test_a_misspelt_option_is_named_with_the_closest_and_the_valid_ones(df: Any, call: str) -> None:
     wait = getattr(AsyncDataStream, call)
     with pytest.raises(UnknownSettingError) as raised:
-        wait(df, ok, *(["order_id"] if "key" in call else []), capacty=5)
+        required: dict[str, Any] = (
+            {"sink": print, "checkpoint_location": "/nowhere"} if "stream" in call else {}
+        )
+        wait(df, ok, *(["order_id"] if "key" in call else []), capacty=5, **required)
     message = str(raised.value)
     assert f"unknown setting {call}() option capacty=5; did you mean capacity" in message
     assert "timeout, capacity, retry" in message  # every valid option listed

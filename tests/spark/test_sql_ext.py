@@ -14,7 +14,7 @@ import sql_ext
 from keyed_async_wait.core.config import ALL_KEYS
 from lookup import Field, HttpLookup, RedisLookup
 
-from .calls import overlaps_and_disorder
+from .calls import overlaps_and_disorder, peak_concurrency
 
 pytestmark = pytest.mark.spark
 
@@ -154,6 +154,32 @@ def test_truth_table_row_by_row(
         assert _output_in_input_order(out, "order_id")  # per key, in input order
     else:
         assert _output_in_input_order(out, "g") == (expected == "ORDERED")
+
+
+@pytest.mark.parametrize("buckets", [4, 64])
+def test_every_key_of_a_task_runs_concurrently_whatever_the_bucket_count(
+    spark: Any, sql: Any, service: Any, buckets: int
+) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.05, True
+    rows = [(seq, seq % 200, seq % 40) for seq in range(1000)]  # 200 keys x 5 updates
+    spark.createDataFrame(rows, "seq long, order_id long, user_id long").createOrReplaceTempView("updates")
+    sql_ext.install(spark, {"users": logged_users(url)})
+    sql(f"SET `{P}output-mode`=ALLOW_UNORDERED")
+    sql(f"SET `{P}key-ordered-enabled`=true")
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")  # every group in one task, one after another
+    try:
+        out = sql(
+            f"SELECT * FROM async_lookup(TABLE(updates), 'users', upsert_key => 'order_id', "
+            f"order_by => 'seq', buckets => {buckets})"
+        ).collect()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert sorted(r.seq for r in out) == list(range(1000))
+    assert overlaps_and_disorder(state.calls) == (0, 0)  # per key one at a time, in seq order
+    # one group at a time would allow about 200 / buckets calls at once; a task runs all its keys
+    assert peak_concurrency(state.calls) >= 30, peak_concurrency(state.calls)
 
 
 def test_a_change_column_makes_an_update_stream_keyed_by_the_whole_row(
