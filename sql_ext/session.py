@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.options import session_config, session_time_zone
 
 from .allowlist import DeclaredSources
@@ -43,7 +44,8 @@ class AsyncLookupSQL:
         self.table_function = table_function
         self.declared_sources = declared_sources
         self._sources: dict[str, LookupSource] = {}
-        self._decisions = spark.sparkContext.accumulator({}, _count_param())
+        # Spark Connect has no accumulators: there, decisions() says so and points to explain()
+        self._decisions = None if is_connect(spark) else spark.sparkContext.accumulator({}, _count_param())
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -81,6 +83,13 @@ class AsyncLookupSQL:
     def decisions(self) -> dict[str, int]:
         """Which mode the table function ran, and why, with the number of tasks that ran it
         (read on the driver after an action; counts accumulate over the session)."""
+        if self._decisions is None:
+            raise ConfigError(
+                "decisions()",
+                "on Spark Connect",
+                "a classic session (it counts through accumulators); on Spark Connect, explain() predicts "
+                "the decision on the client, and each task logs it (logger sql_ext.table)",
+            )
         return dict(self._decisions.value)
 
     def explain(

@@ -50,6 +50,7 @@ __all__ = ["DEFAULT_BUCKETS", "LookupAnalysis", "table_function_class"]
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKETS = 16
+_BLOCKED_PER_CAPACITY = 10  # records that may wait behind their keys, per unit of capacity
 _PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still prompt
 
 
@@ -241,7 +242,10 @@ class TableCall:
         key: Any = None
         if decision.key:
             key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
-        settings = conf.operator_settings(decision.mode, key=key, output="pairs")
+        # Spark hands a task's rows over group by group: many updates of few keys at a time. Let
+        # them wait behind their keys beyond the capacity, so the other keys still run.
+        blocked = _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode.name == "KEY_ORDERED" else 0
+        settings = conf.operator_settings(decision.mode, key=key, output="pairs", blocked_capacity=blocked)
         op = KeyedAsyncWaitOperator.from_settings(source_adapter(self.source, conf), settings)
         self.push_size = max(1, min(_PUSH_SIZE, conf.buffer_capacity))
         self.driver = PushDriver(op, worker_loop().loop)

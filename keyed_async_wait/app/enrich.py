@@ -108,7 +108,11 @@ def write_demo_input(folder: Path, rows: int, orders: int, files: int, seed: int
                     }
                 )
             )
-        (folder / f"updates-{f:03d}.json").write_text("\n".join(lines) + "\n")
+        path = folder / f"updates-{f:03d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        # the file source reads the oldest file first: one second apart, files arrive in seq order
+        stamp = time.time() - files + f
+        os.utime(path, (stamp, stamp))
 
 
 @contextmanager
@@ -144,45 +148,80 @@ def embedded_services(args: argparse.Namespace) -> Iterator[tuple[str, str, Any]
 
 
 class Progress:
-    """One line of progress while the query runs: rows, rows/s, in flight, retries."""
+    """Live progress while the query runs: rows finished, lookups, peak in flight, and the rate
+    over the last few seconds (not an average that decays while a micro-batch runs).
 
-    def __init__(self, query: Any, metrics: Any, total: int | None) -> None:
-        self.query, self.metrics, self.total = query, metrics, total
-        self.start = time.monotonic()
+    Fed by the job's :class:`AsyncWaitMetrics`: on a classic session its accumulators grow as
+    each task ends (the demo input comes in small micro-batches, a few tasks each); on Spark
+    Connect the observed metrics grow per micro-batch. A bar (tqdm) on a terminal, one plain
+    line every few seconds otherwise.
+    """
+
+    WINDOW = 5.0  # seconds the rate is taken over
+
+    def __init__(self, metrics: Any, total: int | None, tty: bool | None = None) -> None:
+        self.metrics, self.total = metrics, total
+        self.tty = sys.stderr.isatty() if tty is None else tty
         self.stop = threading.Event()
-        self.tty = sys.stderr.isatty()
+        self.samples: list[tuple[float, int]] = [(time.monotonic(), 0)]
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.bar: Any = None
 
-    def rows(self) -> int:
-        return sum(p.numInputRows for p in self.query.recentProgress)
-
-    def line(self) -> str:
-        rows, wall = self.rows(), time.monotonic() - self.start
+    def sample(self) -> dict[str, Any]:
         m = self.metrics.value
+        now, rows = time.monotonic(), int(m["rows_out"])
+        self.samples.append((now, rows))
+        while len(self.samples) > 2 and self.samples[1][0] < now - self.WINDOW:
+            self.samples.pop(0)
+        then, before = self.samples[0]
+        rate = (rows - before) / (now - then) if now > then else 0.0
+        return {"rows": rows, "rate": rate, "lookups": m["lookups"], "in_flight": m["peak_in_flight"]}
+
+    def line(self, s: dict[str, Any]) -> str:
         of = f"/{self.total:,}" if self.total else ""
         return (
-            f"rows {rows:,}{of}  {rows / wall if wall else 0:,.0f} rows/s  "
-            f"peak in flight {m['peak_in_flight']}  retries {m['retries']}  lookups {m['lookups']:,}"
+            f"rows {s['rows']:,}{of}  {s['rate']:,.0f} rows/s (last {self.WINDOW:.0f} s)  "
+            f"lookups {s['lookups']:,}  peak in flight {s['in_flight']}"
         )
 
+    def _draw(self) -> None:
+        s = self.sample()
+        if self.bar is not None:
+            self.bar.n = s["rows"]
+            self.bar.set_postfix(lookups=s["lookups"], in_flight=s["in_flight"], refresh=False)
+            self.bar.refresh()
+        else:
+            print(self.line(s), file=sys.stderr, flush=True)
+
     def _run(self) -> None:
-        while not self.stop.wait(1.0):
-            print(
-                ("\r" if self.tty else "") + self.line(),
-                end="" if self.tty else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
+        while not self.stop.wait(0.5 if self.bar is not None else 3.0):
+            self._draw()
 
     def __enter__(self) -> Progress:
+        if self.tty:
+            try:
+                from tqdm import tqdm  # type: ignore[import-untyped]
+
+                self.bar = tqdm(total=self.total, unit="rows", file=sys.stderr, dynamic_ncols=True)
+            except ImportError:  # plain lines, then
+                self.bar = None
         self.thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop.set()
         self.thread.join(5)
-        if self.tty:
-            print(file=sys.stderr)
+        self._draw()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def settle(metrics: Any, rows: int, timeout: float = 30.0) -> None:
+    """Observed metrics come with the query's progress, which may reach the client after the
+    query ended: wait (bounded) until they count every row written, so the summary is whole."""
+    deadline = time.monotonic() + timeout
+    while metrics.observed and metrics.value["rows_out"] < rows and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def order_check(rows: list[Any]) -> tuple[int, int]:
@@ -200,11 +239,29 @@ def order_check(rows: list[Any]) -> tuple[int, int]:
     return len(by_order), bad
 
 
+def session(args: argparse.Namespace) -> Any:
+    """A classic session on ``--master``, or a Spark Connect client of ``--remote``."""
+    from pyspark.sql import SparkSession
+
+    if args.remote:
+        spark = SparkSession.builder.remote(args.remote).getOrCreate()
+        spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+        return spark
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("kaw-enrich")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(args.partitions))
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     from ..spark.api import AsyncDataStream
     from ..spark.metrics import AsyncWaitMetrics
 
@@ -213,20 +270,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     output = Path(args.output) if args.output else work / "output"
     checkpoint = Path(args.checkpoint) if args.checkpoint else work / "checkpoint"
     if not args.input:
-        write_demo_input(source, args.rows, args.orders, files=4)
+        write_demo_input(source, args.rows, args.orders, files=8)  # 8 micro-batches
     started = time.monotonic()
     with embedded_services(args) as (http_url, redis_url, _state):
-        spark = (
-            SparkSession.builder.master(args.master)
-            .appName("kaw-enrich")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(args.partitions))
-            .config("spark.driver.host", "127.0.0.1")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        metrics = AsyncWaitMetrics(spark)
-        updates = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source))
+        spark = session(args)
+        metrics = AsyncWaitMetrics(spark)  # accumulators, or observed metrics on Spark Connect
+        updates = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
         fn = OrderEnricher(http_url, redis_url, args.timeout)
         options: dict[str, Any] = {
             "output_schema": RESULT_SCHEMA,
@@ -250,12 +299,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             .trigger(availableNow=True)
             .start()
         )
-        with Progress(query, metrics, None if args.input else args.rows):
+        metrics.track(query)
+        with Progress(metrics, None if args.input else args.rows):
             query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"the query failed: {query.exception()}")
-        wall = time.monotonic() - started
-        rows = spark.read.parquet(str(output)).collect()
+            if query.exception() is not None:
+                raise RuntimeError(f"the query failed: {query.exception()}")
+            wall = time.monotonic() - started
+            rows = spark.read.parquet(str(output)).collect()
+            settle(metrics, len(rows))
         m = metrics.value
         orders, out_of_order = order_check(rows)
         summary = {
@@ -296,6 +347,7 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds per record, retries included (default 10)"
     )
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--remote", help="a Spark Connect server (sc://host:15002) instead of --master")
     p.add_argument("--partitions", type=int, default=4, help="shuffle partitions (default 4)")
     p.add_argument("--rows", type=int, default=20_000, help="demo input rows (default 20,000)")
     p.add_argument("--orders", type=int, default=2_000, help="distinct order ids in the demo input")

@@ -81,6 +81,7 @@ class OperatorSettings:
     mode: OutputMode
     key: Any = None
     capacity: int = DEFAULT_CAPACITY
+    blocked_capacity: int = 0  # KEY_ORDERED: records waiting behind their key beyond capacity
     timeout: float | None = None
     retry: RetryStrategy | None = None
     on_error: OnError = "fail"
@@ -112,6 +113,7 @@ class OperatorSettings:
         values = {
             "mode": mode,
             "capacity": check_positive_int("capacity", self.capacity),
+            "blocked_capacity": _check_blocked(self.blocked_capacity, mode),
             "timeout": check_seconds("timeout", self.timeout, optional=True),
             "on_error": on_error,
             "defer": (self.defer or DeferPolicy()) if on_error == "defer" else None,
@@ -141,3 +143,13 @@ class OperatorSettings:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+
+def _check_blocked(value: Any, mode: OutputMode) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("blocked_capacity", value, "an integer >= 0")
+    if value and mode is not OutputMode.KEY_ORDERED:
+        raise ConfigError(
+            "blocked_capacity", value, "0 unless KEY_ORDERED (only there do records wait for a key)"
+        )
+    return value

@@ -70,7 +70,7 @@ class Intake:
         defer = run.settings.defer
         now = defer.clock() if defer is not None else time.time()
         for i, item in enumerate(replay):
-            if ctl.records_inside >= run.capacity:
+            if run.room_left() <= 0:
                 await self._wait_capacity()
             if run.holding or run.failure is not None:
                 if run.spill is not None:
@@ -89,7 +89,7 @@ class Intake:
         run = self.run
         ctl, key_of = run.ctl, run.key_of
         for element in run.replay:
-            if ctl.records_inside >= run.capacity:
+            if run.room_left() <= 0:
                 await self._wait_capacity()
             if type(element) is Watermark:
                 run.plain_output = False
@@ -112,13 +112,13 @@ class Intake:
             await self._parked(source)
             return
         run = self.run
-        ctl, capacity, counters = run.ctl, run.capacity, run.counters
+        ctl, counters = run.ctl, run.counters
         iterator = iter(source)
         while True:
             if run.holding:
                 await self._held(iterator)
                 return
-            room = capacity - ctl.records_inside
+            room = run.room_left()
             if room <= 0:
                 await self._wait_capacity()
                 if run.failure is not None:
@@ -153,7 +153,7 @@ class Intake:
         run = self.run
         iterator = source.__aiter__()
         while True:
-            if run.ctl.records_inside >= run.capacity:
+            if run.room_left() <= 0:
                 await self._wait_capacity()
                 if run.failure is not None:
                     return

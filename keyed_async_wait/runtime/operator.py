@@ -36,6 +36,9 @@ class KeyedAsyncWaitOperator:
     * ``key``: field name, list of field names, callable, or ``WHOLE_RECORD``; required for
       KEY_ORDERED, optional otherwise (used for snapshots and error messages).
     * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
+    * ``blocked_capacity`` (KEY_ORDERED): up to this many more records may wait behind their key
+      without counting against ``capacity`` (default 0): with input that brings many updates of
+      few keys at a time, the other keys still get ``capacity`` records in flight.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -68,6 +71,7 @@ class KeyedAsyncWaitOperator:
         mode: OutputMode | str,
         key: Any = None,
         capacity: int = DEFAULT_CAPACITY,
+        blocked_capacity: int = 0,
         timeout: float | None = None,
         retry: RetryStrategy | None = None,
         on_error: OnError = "fail",
@@ -87,6 +91,7 @@ class KeyedAsyncWaitOperator:
                 mode=OutputMode.parse(mode),
                 key=key,
                 capacity=capacity,
+                blocked_capacity=blocked_capacity,
                 timeout=timeout,
                 retry=retry,
                 on_error=on_error,
@@ -230,7 +235,7 @@ class KeyedAsyncWaitOperator:
         deadline = loop.time() + linger
         while (
             len(out) < min_chunk
-            and runtime.ctl.records_inside < runtime.capacity
+            and runtime.run.room_left() > 0
             and runtime.failure is None
             and not runtime.finished
         ):

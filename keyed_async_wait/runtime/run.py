@@ -62,6 +62,7 @@ class Run:
         self.spill: list[ParkedItem] | None = [] if settings.emit_parked else None
         self.ctl = Controller(settings.mode, self.key_of, self.spill)
         self.capacity = settings.capacity
+        self.blocked_capacity = settings.blocked_capacity
         self.counters = Counters()
         self.latency = latency
         self.replay = replay
@@ -90,10 +91,21 @@ class Run:
         """Something may leave: wake the consumer."""
         resolve(self.output_waiter)
 
+    def room_left(self) -> int:
+        """Records the intake may still admit. Invariant: records past BLOCKED (ready, running,
+        retrying, finished but not taken) never exceed ``capacity``; up to ``blocked_capacity``
+        more may wait behind their keys (KEY_ORDERED), so a window of few keys with many updates
+        each does not starve the other keys of concurrency."""
+        ctl = self.ctl
+        inside = ctl.records_inside
+        if self.blocked_capacity:
+            inside -= min(ctl.blocked_records, self.blocked_capacity)
+        return self.capacity - inside
+
     def room(self) -> None:
         """A place was freed: wake the intake if it waits for one."""
         waiter = self.capacity_waiter
-        if waiter is not None and self.ctl.records_inside < self.capacity:
+        if waiter is not None and self.room_left() > 0:
             self.capacity_waiter = None
             resolve(waiter)
 

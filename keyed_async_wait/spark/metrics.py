@@ -51,14 +51,15 @@ class AsyncWaitMetrics:
         (the only way on Spark Connect, which has no accumulators): each task emits one extra
         row that Spark's observed metrics sum (:class:`pyspark.sql.Observation`) and that is
         filtered out before anything else sees it; one instance counts one wait, in a batch
-        query, and its output columns become nullable. ``auto``: accumulators where there are
+        query (:attr:`value` after the action) or a streaming one (:meth:`track` the query),
+        and its output columns become nullable. ``auto``: accumulators where there are
         any, else observe.
 
     Raises
     ------
     ConfigError
         An unknown ``via``, accumulators on Spark Connect, or an observing instance given to a
-        second wait or to a streaming query.
+        second wait.
     """
 
     COUNTERS = (
@@ -83,7 +84,9 @@ class AsyncWaitMetrics:
             raise ConfigError("via", via, "'observe' or 'auto' on Spark Connect (it has no accumulators)")
         self.via = "observe" if via == "observe" or connect else "accumulators"
         self._observation: Any = None
+        self._query: Any = None
         self._used = False
+        self.name = f"kaw_metrics_{uuid.uuid4().hex[:12]}"
         if self.via == "accumulators":
             sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
             self._counters = sc.accumulator([0] * len(self.COUNTERS), _ListAdd())
@@ -111,25 +114,51 @@ class AsyncWaitMetrics:
 
         if self._used:
             raise ConfigError("metrics", "an observing AsyncWaitMetrics used twice", "one per wait")
-        if df.isStreaming:
-            raise ConfigError(
-                "metrics",
-                "an observing AsyncWaitMetrics on a streaming query",
-                "a classic session (accumulators); on Spark Connect, the query's progress",
-            )
         self._used = True
-        self._observation = Observation(f"kaw_metrics_{uuid.uuid4().hex[:12]}")
         task = F.col(TASK_COLUMN)
         measures = [F.sum(task[name]).alias(name) for name in self.COUNTERS]
         measures += [F.max(task[name]).alias(name) for name in self.PEAKS]
         measures += [F.sum(task["latency"][i]).alias(f"h{i}") for i in range(LatencyHistogram.SIZE)]
-        observed = df.observe(self._observation, *measures)
+        if df.isStreaming:  # per micro-batch, in the query's progress (see track())
+            observed = df.observe(self.name, *measures)
+        else:
+            self._observation = Observation(self.name)
+            observed = df.observe(self._observation, *measures)
         return observed.where(task.isNull()).drop(TASK_COLUMN)
+
+    def track(self, query: Any) -> None:
+        """Count a streaming query's micro-batches (observing metrics): :attr:`value` then sums
+        what its progress reports (the last ``spark.sql.streaming.numRecentProgressUpdates``)."""
+        self._query = query
+
+    def _named(self, row: Any) -> dict[str, Any]:
+        """A progress's observed row by measure name (Spark Connect's carries the values in the
+        order of the measures, and their schema)."""
+        named = row.asDict()
+        if isinstance(named.get("values"), list) and set(named) <= {"values", "schema"}:
+            names = [*self.COUNTERS, *self.PEAKS, *(f"h{i}" for i in range(LatencyHistogram.SIZE))]
+            return dict(zip(names, named["values"], strict=True))
+        return named
+
+    def _observed(self) -> dict[str, Any]:
+        if self._observation is not None:
+            return dict(self._observation.get)
+        total: dict[str, int] = {}
+        seen: set[int] = set()
+        for progress in getattr(self._query, "recentProgress", None) or []:
+            row = (progress.observedMetrics or {}).get(self.name)
+            if row is None or progress.batchId in seen:
+                continue
+            seen.add(progress.batchId)
+            for key, value in self._named(row).items():
+                value = int(value or 0)
+                total[key] = max(total.get(key, 0), value) if key in self.PEAKS else total.get(key, 0) + value
+        return total
 
     @property
     def value(self) -> dict[str, Any]:
         if self.observed:
-            got = self._observation.get if self._observation is not None else {}
+            got = self._observed()
             counters = [int(got.get(name) or 0) for name in self.COUNTERS]
             peaks = [int(got.get(name) or 0) for name in self.PEAKS]
             counts = [int(got.get(f"h{i}") or 0) for i in range(LatencyHistogram.SIZE)]

@@ -177,16 +177,8 @@ def make_plan(
     if event_time is not None and event_time not in df.columns:
         raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
     observed = metrics is not None and metrics.observed
-    if observed:  # one row per task carries its counts; every other column is null in it
-        if df.isStreaming or passthrough:
-            raise ConfigError(
-                "metrics",
-                "an observing AsyncWaitMetrics on a streaming query",
-                "a classic session's AsyncWaitMetrics (accumulators); on Spark Connect, the query's progress",
-            )
-        fields = [StructField(f.name, f.dataType, True, f.metadata) for f in fields]
-        passthrough = [StructField(TASK_COLUMN, task_struct(), True)]
-        passing = [TASK_COLUMN]
+    if observed:
+        fields, passthrough, passing = _with_task_column(fields, passthrough)
     out = StructType(fields + list(passthrough))
     time_zone = session_time_zone(spark)
     plan = Plan(
@@ -208,6 +200,20 @@ def make_plan(
         event_time=event_time,
     )
     return plan, out, results
+
+
+def _with_task_column(
+    fields: list[StructField], passthrough: Sequence[StructField]
+) -> tuple[list[StructField], list[StructField], list[str]]:
+    """Observed metrics: one row per task carries its counts; every other column is null in it."""
+    if passthrough:
+        raise ConfigError(
+            "metrics",
+            "an observing AsyncWaitMetrics on key_ordered_stream",
+            "a classic session's AsyncWaitMetrics (accumulators)",
+        )
+    nullable = [StructField(f.name, f.dataType, True, f.metadata) for f in fields]
+    return nullable, [StructField(TASK_COLUMN, task_struct(), True)], [TASK_COLUMN]
 
 
 def _check_inputs(fn: Any, columns: Sequence[str]) -> None:

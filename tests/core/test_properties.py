@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,12 +78,24 @@ def test_unordered_emits_everything_and_never_crosses_a_watermark(
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
+@given(
+    stream=streams(),
+    capacity=capacities,
+    fail=failures,
+    eager=st.booleans(),
+    blocked=st.sampled_from([0, 3, 40]),
+)
 def test_key_ordered_runs_one_record_per_key_in_arrival_order(
-    stream: list[Any], capacity: int, fail: set, eager: bool
+    stream: list[Any], capacity: int, fail: set, eager: bool, blocked: int
 ) -> None:
     action = TurnsAction(fail=fail, eager=eager)
-    op = _operator(action, OutputMode.KEY_ORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
+    op = _operator(
+        action,
+        OutputMode.KEY_ORDERED,
+        capacity,
+        retry=RetryStrategy.fixed_delay(3, 0),
+        blocked_capacity=blocked,
+    )
     out = run(collect(op, stream))
     records = _records(stream)
     assert sorted(ids(out)) == [r["id"] for r in records]
@@ -94,7 +107,9 @@ def test_key_ordered_runs_one_record_per_key_in_arrival_order(
         deduped = [rid for i, rid in enumerate(started) if i == 0 or started[i - 1] != rid]
         assert deduped == expected[key]
     assert_nothing_crosses_watermarks(stream, out)
-    assert action.max_inside <= capacity
+    # records past BLOCKED never exceed capacity; up to `blocked` more may wait behind their keys
+    assert action.max_total_running <= capacity
+    assert action.max_inside <= capacity + blocked
 
 
 @SETTINGS
@@ -180,3 +195,17 @@ def test_key_ordered_batches_keep_key_order(
         deduped = [rid for i, rid in enumerate(started) if i == 0 or started[i - 1] != rid]
         assert deduped == per_key(records)[key]
     assert_nothing_crosses_watermarks(stream, out)
+
+
+@pytest.mark.parametrize(("blocked", "expected_running"), [(0, 2), (30, 4)])
+def test_blocked_capacity_lets_other_keys_run_past_a_run_of_one_keys_updates(
+    blocked: int, expected_running: int
+) -> None:
+    # grouped input: 8 updates of key 0, then 8 of key 1, ...: the window fills with one key
+    stream = [{"id": i, "k": i // 8, "lat": 2} for i in range(64)]
+    action = TurnsAction()
+    op = _operator(action, OutputMode.KEY_ORDERED, 4, blocked_capacity=blocked)
+    out = run(collect(op, stream))
+    assert per_key(out) == per_key(stream)
+    assert action.max_total_running == expected_running  # never more than the capacity
+    assert action.max_inside <= 4 + blocked

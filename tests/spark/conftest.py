@@ -1,12 +1,21 @@
-"""One local[2] Spark session for all Spark tests (starting one takes seconds)."""
+"""One local[2] Spark session for all Spark tests (starting one takes seconds), and a local Spark
+Connect server for the tests that run a Connect client (in processes of their own: a classic
+and a Connect session cannot share one Python process)."""
 
 from __future__ import annotations
 
 import os
+import select
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from ..processes import group
 
 os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this environment's pyarrow
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -33,3 +42,28 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_url() -> Iterator[str]:
+    """``sc://127.0.0.1:PORT`` of a local Spark Connect server, stopped after the session."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = Path(__file__).with_name("connect_server.py")
+    with group(
+        [sys.executable, str(server), str(port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                line = proc.stdout.readline().strip()
+        assert line == "ready", f"the Connect server did not start (exit {proc.poll()})"
+        yield f"sc://127.0.0.1:{port}"

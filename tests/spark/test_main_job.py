@@ -54,3 +54,23 @@ def test_main_job_fails_with_the_cause() -> None:
     )
     assert done.returncode != 0
     assert "kaw-enrich failed" in done.stderr
+
+
+def test_the_progress_shows_rows_as_the_metrics_grow_and_the_recent_rate() -> None:
+    from keyed_async_wait.app.enrich import Progress
+
+    class Metrics:
+        rows = 0
+
+        @property
+        def value(self) -> dict[str, int]:
+            return {"rows_out": self.rows, "lookups": 2 * self.rows, "peak_in_flight": 7}
+
+    metrics = Metrics()
+    progress = Progress(metrics, total=1000, tty=False)
+    first = progress.sample()
+    assert first["rows"] == 0 and first["rate"] == 0
+    metrics.rows = 400  # a task ended: its rows count at once, not when the micro-batch commits
+    shown = progress.line(progress.sample())
+    assert shown.startswith("rows 400/1,000  ") and "lookups 800" in shown and "peak in flight 7" in shown
+    assert progress.samples[-1][1] == 400 and progress.sample()["rate"] > 0

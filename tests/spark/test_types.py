@@ -222,7 +222,9 @@ def test_a_result_without_one_of_its_columns_is_an_error_not_a_null(spark: Any) 
         return {"a": 1}
 
     df = spark.createDataFrame([(3,)], "order_id bigint")
-    with pytest.raises(Exception, match=r"result column 'b' is missing from the result .* key {'order_id': 3}"):
+    with pytest.raises(
+        Exception, match=r"result column 'b' is missing from the result .* key {'order_id': 3}"
+    ):
         AsyncDataStream.unordered_wait(df, partial, output_schema="a int, b int").collect()
 
 

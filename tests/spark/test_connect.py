@@ -1,0 +1,67 @@
+"""Every feature through a Spark Connect client (each in a process of its own, against one local
+Connect server): the waits with observed metrics, the SQL extension, the main job."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..processes import run_bounded
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).parents[2]
+
+
+def _client(feature: str, connect_url: str, url: str) -> None:
+    script = Path(__file__).with_name("connect_client.py")
+    done = run_bounded(
+        [sys.executable, str(script), feature, connect_url, url],
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert f"{feature}: ok" in done.stdout
+
+
+def test_the_three_waits_and_their_metrics_on_spark_connect(connect_url: str, service: Any) -> None:
+    url, _ = service
+    _client("waits", connect_url, url)
+
+
+def test_the_sql_extension_on_spark_connect(connect_url: str, service: Any) -> None:
+    url, _ = service
+    _client("sql", connect_url, url)
+
+
+def test_the_main_job_on_spark_connect(connect_url: str, tmp_path: Path) -> None:
+    import json
+
+    done = run_bounded(
+        [
+            sys.executable,
+            "-m",
+            "keyed_async_wait.app.enrich",
+            "--remote",
+            connect_url,
+            "--rows",
+            "2000",
+            "--orders",
+            "200",
+            "--workdir",
+            str(tmp_path),
+        ],
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["rows"] == 2000 and summary["enriched"] == 2000
+    assert summary["orders_out_of_order"] == 0
+    assert summary["lookups"] >= 2000  # counted through the query's observed metrics
+    assert "rows 2,000/2,000" in done.stderr  # the progress, plain lines off a terminal
