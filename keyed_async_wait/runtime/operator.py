@@ -36,9 +36,8 @@ class KeyedAsyncWaitOperator:
     * ``key``: field name, list of field names, callable, or ``WHOLE_RECORD``; required for
       KEY_ORDERED, optional otherwise (used for snapshots and error messages).
     * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
-    * ``blocked_capacity`` (KEY_ORDERED): up to this many more records may wait behind their key
-      without counting against ``capacity`` (default 0): with input that brings many updates of
-      few keys at a time, the other keys still get ``capacity`` records in flight.
+    * ``blocked_capacity`` (KEY_ORDERED, default 0): records that may wait behind their key
+      beyond ``capacity``, so that runs of one key's updates do not starve the other keys.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -48,15 +47,12 @@ class KeyedAsyncWaitOperator:
       no more records are at hand; larger values wait up to that long to fill it; ``None``
       (backlog) sends only full batches, except when the intake must wait or no batch is in
       flight: no timer at all.
-    * ``output``: ``"results"`` yields each result; ``"pairs"`` yields ``(record, results)`` once
-      per record (results an empty list for a miss).
+    * ``output``: ``"results"`` yields each result; ``"pairs"`` ``(record, results)`` per record.
     * ``on_close``: what happens to running actions when the consumer stops early.
     * ``max_parallelism``: the number of key groups of snapshots.
     * ``eager_start``: run each action up to its first suspension before making a task (default:
-      the function's ``eager_start`` attribute, else False). Only for actions that suspend before
-      anything needing ``asyncio.current_task()``; see :attr:`AsyncFunction.eager_start`.
-    * ``track_latency``: count each record's latency (first attempt to result) in
-      :attr:`latency`, a fixed-size :class:`LatencyHistogram`, for percentiles.
+      the function's ``eager_start``); see :attr:`AsyncFunction.eager_start`.
+    * ``track_latency``: count each record's latency in :attr:`latency` (a LatencyHistogram).
     * ``emit_parked`` (KEY_ORDERED, ``output="pairs"``, ``process_batches``): a parked record
       (deferred, behind a parked key, or not started when :meth:`hold` was called) leaves as a
       :class:`ParkedItem` output the moment it is parked, instead of piling up in

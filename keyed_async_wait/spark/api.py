@@ -162,6 +162,7 @@ class AsyncDataStream:
         order_by: str | Sequence[str] | None = None,
         assume_partitioned: bool = False,
         num_partitions: int | None = None,
+        blocked_capacity: int = 0,
         timeout: float | None = None,
         capacity: int | None = None,
         retry: RetryStrategy | None = None,
@@ -189,6 +190,10 @@ class AsyncDataStream:
             The DataFrame is already partitioned by the key: no repartition.
         num_partitions : int, optional
             Partitions of the repartition (default ``spark.sql.shuffle.partitions``).
+        blocked_capacity : int
+            Rows that may wait behind their key beyond ``capacity`` (default 0): with input that
+            brings many updates of few keys at a time, other keys still get ``capacity`` rows in
+            flight; memory then holds up to ``capacity + blocked_capacity`` rows per task.
         df, fn, **options
             As :meth:`ordered_wait`.
 
@@ -215,6 +220,7 @@ class AsyncDataStream:
         options.update(join=join, error_column=error_column, batch_size=batch_size, metrics=metrics)
         options.update(backlog=backlog, event_time=event_time)
         options.update(key=columns[0] if len(columns) == 1 else columns, sort_in_task=sort_in_task)
+        options.update(blocked_capacity=blocked_capacity)
         return _wait(df, fn, OutputMode.KEY_ORDERED, observe, options)
 
     @staticmethod

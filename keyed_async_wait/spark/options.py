@@ -141,6 +141,7 @@ def make_plan(
     metrics: AsyncWaitMetrics | None = None,
     backlog: bool | str | BacklogPolicy | None = None,
     event_time: str | None = None,
+    blocked_capacity: int = 0,
     sort_in_task: list[str] | None = None,
     passthrough: Sequence[StructField] = (),
 ) -> tuple[Plan, StructType, StructType]:
@@ -151,9 +152,8 @@ def make_plan(
     if join not in ("left", "inner"):
         raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
     check_instance("metrics", metrics, AsyncWaitMetrics, "an AsyncWaitMetrics(spark), or None")
-    settings = conf.operator_settings(
-        mode, capacity=capacity, timeout=timeout, retry=retry, key=key, batch_size=batch_size
-    )
+    explicit = dict(capacity=capacity, timeout=timeout, retry=retry, key=key, batch_size=batch_size)
+    settings = conf.operator_settings(mode, blocked_capacity=blocked_capacity, **explicit)
     passing = [f.name for f in passthrough]
     columns = [c for c in df.columns if c not in passing]
     _check_inputs(fn, columns)

@@ -15,7 +15,7 @@ from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, Ret
 from lookup import Field, HttpLookup, RedisLookup
 
 from ..processes import run_bounded
-from .calls import overlaps_and_disorder
+from .calls import overlaps_and_disorder, peak_concurrency
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +89,29 @@ def test_an_observing_metrics_object_counts_one_wait(spark: Any, service: Any) -
         AsyncDataStream.unordered_wait(df, user_lookup(url), metrics=metrics)
     with pytest.raises(ConfigError, match="via='sometimes'"):
         AsyncWaitMetrics(spark, via="sometimes")
+
+
+@pytest.mark.parametrize(("blocked", "most", "least"), [(0, 2, 1), (200, 4, 3)])
+def test_blocked_capacity_keeps_other_keys_running_past_one_keys_run_of_updates(
+    spark: Any, service: Any, blocked: int, most: int, least: int
+) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.02, True
+    # sorted by seq, each key's 20 updates come together: a window of 4 rows holds 1-2 keys
+    rows = [(key * 20 + i, key, key) for key in range(10) for i in range(20)]
+    df = spark.createDataFrame(rows, SCHEMA)
+    out = AsyncDataStream.key_ordered_wait(
+        df,
+        user_lookup(url),
+        "order_id",
+        order_by="seq",
+        num_partitions=1,
+        capacity=4,
+        blocked_capacity=blocked,
+    ).collect()
+    assert sorted(r.seq for r in out) == list(range(200))
+    assert overlaps_and_disorder(state.calls) == (0, 0)
+    assert least <= peak_concurrency(state.calls) <= most  # never more than the capacity
 
 
 def test_unordered_wait_lets_one_key_overlap(spark: Any, service: Any) -> None:

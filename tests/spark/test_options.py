@@ -58,6 +58,7 @@ def df(spark: Any) -> Any:
         ({"observe": 7}, r"observe=7"),
         ({"backlog": "sometimes"}, r"backlog='sometimes'"),
         ({"order_by": "nope"}, r"order_by='nope'.*missing: \['nope'\]"),
+        ({"blocked_capacity": -1}, r"blocked_capacity=-1 .*an integer >= 0"),
     ],
 )
 def test_a_bad_option_fails_at_the_call_before_any_job(df: Any, options: dict, match: str) -> None:
