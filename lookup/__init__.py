@@ -9,6 +9,7 @@ from .cache import MISS, PartialCache
 from .exceptions import (
     BadResponseError,
     CertificateError,
+    CircuitOpenError,
     LookupServiceError,
     LookupTimeoutError,
     RateLimitedError,
@@ -18,6 +19,7 @@ from .exceptions import (
 )
 from .fields import Field
 from .http_lookup import HttpLookup
+from .limits import Limits, ThrottleStats
 from .redis_lookup import RedisLookup
 from .secrets import Secret
 from .template import Template
@@ -26,8 +28,10 @@ __all__ = [
     "MISS",
     "BadResponseError",
     "CertificateError",
+    "CircuitOpenError",
     "Field",
     "HttpLookup",
+    "Limits",
     "Lookup",
     "LookupServiceError",
     "LookupStats",
@@ -39,5 +43,6 @@ __all__ = [
     "ServiceUnavailableError",
     "Template",
     "TemplateError",
+    "ThrottleStats",
     "WrongTypeError",
 ]

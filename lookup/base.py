@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.function import AsyncFunction
 
 from .batched import BatchedLookups
@@ -14,6 +15,7 @@ from .cache import MISS, PartialCache
 from .columnar import ColumnarLookups
 from .exceptions import BODY_LIMIT
 from .fields import Field, FieldMapper
+from .limits import Gate, Limits, ThrottleStats
 from .parts import LookupStats, suspend
 
 __all__ = ["Lookup", "LookupStats"]
@@ -42,6 +44,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         cache: PartialCache | None = None,
         dedup: bool = True,
         error_body_chars: int = BODY_LIMIT,
+        limits: Limits | None = None,
     ) -> None:
         if error_body_chars < 0:
             raise ValueError(f"error_body_chars={error_body_chars}; allowed: an integer >= 0")
@@ -50,6 +53,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         self.cache = cache
         self.dedup = dedup
         self.stats = LookupStats()
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigError("limits", limits, "a Limits(...) or None")
+        self.limits = limits
+        self._gate: Gate | None = None
+        self._gate_loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
@@ -98,6 +106,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         state["_client_loop"] = None
         state["_inflight"] = {}
         state["_memo_results"] = None
+        state["_gate"] = state["_gate_loop"] = None
         state.pop("invoke_batch", None)
         state["stats"] = LookupStats()
         return state
@@ -140,7 +149,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         try:
             self.stats.requests += 1
             self.stats.keys_fetched += 1
-            answer = await self._fetch(key)
+            answer = await self._gated(self._fetch, key, 1, key)
         except BaseException as exc:
             self.stats.errors += 1
             future = inflight.pop(key, None) if inflight is not None else None
@@ -157,6 +166,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         if future is not None:
             future.set_result(answer)
         return answer
+
+    @property
+    def throttle_stats(self) -> ThrottleStats | None:
+        """What the limits did in this process (None without limits, or before the first call)."""
+        return self._gate.stats if self._gate is not None else None
 
     def output_schema(self) -> str | None:
         """The declared result columns as a Spark DDL string, when fields were declared."""

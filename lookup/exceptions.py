@@ -5,7 +5,9 @@
     LookupServiceError                 base; .lookup_key, .retryable
     ├── LookupTimeoutError (TimeoutError)      the service did not answer in time      retryable
     ├── ServiceUnavailableError               refused, reset, 5xx, 503                 retryable
-    │   └── RateLimitedError                  429; .retry_after seconds                retryable
+    │   ├── RateLimitedError                  429; .retry_after seconds                retryable
+    │   └── CircuitOpenError                  not called: the circuit is open          not retryable
+    │                                         (.retry_after: until its probe)
     ├── BadResponseError                      other 4xx, bad JSON, wrong fields;       not retryable
     │   │                                     .status and a snippet of the body
     │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
@@ -27,6 +29,7 @@ from typing import Any
 __all__ = [
     "BadResponseError",
     "CertificateError",
+    "CircuitOpenError",
     "LookupServiceError",
     "LookupTimeoutError",
     "RateLimitedError",
@@ -80,6 +83,14 @@ class ServiceUnavailableError(LookupServiceError):
 
 class RateLimitedError(ServiceUnavailableError):
     """429 Too Many Requests; ``retry_after`` says when to come back, if the service said."""
+
+
+class CircuitOpenError(ServiceUnavailableError):
+    """The lookup did not call: after sustained failures its circuit is open for a cool-off.
+    Not retryable (a retry now would only fail again): with ``on_error="defer"`` the record is
+    parked for later instead of burning its attempts."""
+
+    retryable = False
 
 
 class BadResponseError(LookupServiceError):

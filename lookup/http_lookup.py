@@ -22,6 +22,7 @@ from .exceptions import (
 )
 from .fields import Field
 from .http_client import Answer, make_session, send
+from .limits import Limits
 from .secrets import Redactor, Secret, split_userinfo
 from .template import Template
 
@@ -128,6 +129,7 @@ class HttpLookup(Lookup):
         error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         self.batching = batch_url is not None
         self.miss_statuses = tuple(miss_statuses)
@@ -137,6 +139,7 @@ class HttpLookup(Lookup):
             cache=cache,
             dedup=dedup,
             error_body_chars=error_body_chars,
+            limits=limits,
         )
         url, userinfo = split_userinfo(url)
         if userinfo is not None and (basic_auth is not None or basic_auth_env is not None):

@@ -3,6 +3,7 @@ parts (:mod:`.batched`, :mod:`.columnar`) use; :class:`~lookup.base.Lookup` fill
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Generator, Hashable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 from .cache import PartialCache
 from .exceptions import LookupServiceError
 from .fields import FieldMapper
+from .limits import Gate, Limits
 
 __all__ = ["LookupParts", "LookupStats", "suspend"]
 
@@ -43,6 +45,32 @@ class LookupParts:
     cache: PartialCache | None
     mapper: FieldMapper
     _memo_results: dict[Hashable, Any] | None
+    limits: Limits | None
+    _gate: Gate | None
+    _gate_loop: asyncio.AbstractEventLoop | None
+
+    def gate(self) -> Gate | None:
+        """The gate of the running event loop (None without limits), made there on first use."""
+        if self.limits is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate_loop is not loop:
+            self._gate, self._gate_loop = Gate(self.limits), loop
+        return self._gate
+
+    async def _gated(self, call: Any, argument: Any, keys: int, lookup_key: Any) -> Any:
+        """``await call(argument)`` through the gate, when the lookup has limits."""
+        gate = self.gate()
+        if gate is None:
+            return await call(argument)
+        started = await gate.enter(keys, lookup_key, self.service)
+        try:
+            answer = await call(argument)
+        except BaseException as exc:
+            gate.leave(started, exc)
+            raise
+        gate.leave(started, None)
+        return answer
 
     def request_key(self, record: Any) -> Hashable:
         """What identifies one lookup (for the cache, deduplication and batches)."""
@@ -79,7 +107,7 @@ class LookupParts:
         stats.requests += 1
         stats.keys_fetched += len(keys)
         try:
-            return await self._fetch_many(keys)
+            return await self._gated(self._fetch_many, keys, len(keys), keys[0] if len(keys) == 1 else keys)
         except LookupServiceError as exc:
             stats.errors += 1
             return exc

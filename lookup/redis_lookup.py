@@ -21,6 +21,7 @@ from .exceptions import (
     WrongTypeError,
 )
 from .fields import Field
+from .limits import Limits
 from .template import Template
 
 __all__ = ["RedisLookup"]
@@ -64,6 +65,7 @@ class RedisLookup(Lookup):
         error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         super().__init__(
             fields=fields,
@@ -71,6 +73,7 @@ class RedisLookup(Lookup):
             cache=cache,
             dedup=dedup,
             error_body_chars=error_body_chars,
+            limits=limits,
         )
         if ca_file is not None and not url.startswith("rediss://"):
             raise ValueError("ca_file= is for TLS: give a rediss:// URL")

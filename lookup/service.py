@@ -51,6 +51,11 @@ class ServiceState:
     slow_seconds: float = 30.0
     down_ids: set[str] = field(default_factory=set)  # these ids answer 503 (an outage of their shard)
     record_calls: bool = False
+    max_concurrent: int | None = None  # above this many requests at once: 429 with Retry-After
+    over_capacity_retry_after: str | None = None
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    rejected: int = 0  # 429s answered for being over capacity
     # (key, start, end, query): what was asked, when, and the request's query parameters
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
@@ -71,6 +76,14 @@ def _app(state: ServiceState) -> web.Application:
         # the log this request started under: one still running when a test resets the state
         # lands in the old log, not in the next test's
         calls = state.calls if state.record_calls else None
+        if state.max_concurrent is not None and state.in_flight >= state.max_concurrent:
+            state.rejected += 1
+            retry = state.over_capacity_retry_after
+            return web.Response(
+                status=429, text="over capacity", headers={"Retry-After": retry} if retry else None
+            )
+        state.in_flight += 1
+        state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         try:
             if state.fail_status is not None and state.fail_count != 0:
                 if state.fail_count > 0:
@@ -90,6 +103,7 @@ def _app(state: ServiceState) -> web.Application:
                 return web.Response(text="{not json", content_type="application/json")
             return web.json_response(payload)
         finally:
+            state.in_flight -= 1
             if calls is not None:
                 calls.append((key, start, time.monotonic(), query or {}))
 

@@ -1,0 +1,178 @@
+"""What a lookup may ask of its service: a rate limit, an adaptive concurrency limit and a
+circuit breaker, per lookup and worker process.
+
+:class:`Limits` is the plain, picklable description a lookup is given; :class:`Gate` is made
+from it lazily inside the event loop that uses it, and every call of the lookup passes through
+it: :meth:`Gate.enter` before the call, :meth:`Gate.leave` with its outcome after. The gate
+only awaits what the pure policies of :mod:`keyed_async_wait.core.throttle` decide.
+
+Invariants: calls in flight never exceed the adaptive limit (when on); call starts never exceed
+``burst + rate * T`` in ``T`` seconds; after a ``Retry-After`` no call of the lookup starts
+before that time (the whole lookup pauses, not only the record that got it); while the circuit
+is open, no call starts and records fail at once with :class:`CircuitOpenError`.
+
+The rate is per worker process: a job-wide budget of R calls/s over P worker processes is
+``rate=R / P`` (executors x cores for Spark's Python workers); executors that come and go
+change P, so the budget is held by each process, not shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.core.throttle import AimdLimit, CircuitBreaker, TokenBucket
+
+from .exceptions import CircuitOpenError, LookupTimeoutError, RateLimitedError, ServiceUnavailableError
+
+__all__ = ["Gate", "Limits", "ThrottleStats"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Parameters
+    ----------
+    rate : float, optional
+        Calls per second (a batch call is one), per worker process.
+    keys_rate : float, optional
+        Keys per second for batch calls, per worker process.
+    burst : float, optional
+        Calls saved up while idle (default: one second's worth).
+    adaptive : bool
+        Find the service's capacity: calls in flight between 1 and ``max_concurrency``, growing
+        while answers succeed and latency holds, shrinking on 429, 503, timeouts and latency
+        rising (AIMD).
+    max_concurrency : int
+        The adaptive limit's ceiling (match the operator's capacity).
+    breaker_failures : int, optional
+        Failed calls in a row (5xx, 429, timeouts, refused) that open the circuit; None: no
+        breaker.
+    breaker_cool_off : float
+        Seconds the circuit stays open before one probe goes out.
+    """
+
+    rate: float | None = None
+    keys_rate: float | None = None
+    burst: float | None = None
+    adaptive: bool = False
+    max_concurrency: int = 100
+    breaker_failures: int | None = None
+    breaker_cool_off: float = 5.0
+
+    def __post_init__(self) -> None:
+        Gate(self)  # every setting checked when made, not in a task
+
+
+@dataclass
+class ThrottleStats:
+    """What the gate did (read-only for callers)."""
+
+    throttled_s: float = 0.0  # seconds calls waited for the rate, a pause or the limit
+    rejected: int = 0  # 429 answers
+    unavailable: int = 0  # 503 and other 5xx, refused, reset
+    timeouts: int = 0
+    short_circuited: int = 0  # records failed at once while the circuit was open
+    breaker_opened: int = 0
+    limit: int = 0  # the adaptive limit now (0: none)
+
+
+_OVERLOAD = (RateLimitedError, ServiceUnavailableError, LookupTimeoutError, asyncio.CancelledError)
+
+
+class Gate:
+    """The asyncio side of :class:`Limits` for one lookup in one event loop."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.bucket = TokenBucket(limits.rate, limits.burst) if limits.rate is not None else None
+        self.keys_bucket = (
+            TokenBucket(limits.keys_rate, limits.burst) if limits.keys_rate is not None else None
+        )
+        if not isinstance(limits.max_concurrency, int) or limits.max_concurrency < 1:
+            raise ConfigError("max_concurrency", limits.max_concurrency, "an integer >= 1")
+        self.limit = AimdLimit(limits.max_concurrency) if limits.adaptive else None
+        failures = limits.breaker_failures
+        self.breaker = CircuitBreaker(failures, limits.breaker_cool_off) if failures is not None else None
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self.stats = ThrottleStats(limit=self.limit.allowed if self.limit else 0)
+
+    async def enter(self, keys: int, lookup_key: Any, service: str) -> float:
+        """Wait until a call of ``keys`` keys may start; its start time (loop seconds)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        wait = self.paused_until - now
+        if self.bucket is not None:
+            wait = max(wait, self.bucket.reserve(now))
+        if self.keys_bucket is not None:
+            wait = max(wait, self.keys_bucket.reserve(now, keys))
+        if wait > 0:
+            self.stats.throttled_s += wait
+            await asyncio.sleep(wait)
+        limit = self.limit
+        while limit is not None and self.in_flight >= limit.allowed:
+            waiter = loop.create_future()
+            self._waiting.append(waiter)
+            started = loop.time()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._wake()  # a place it was woken for goes to the next waiter
+                raise
+            finally:
+                self.stats.throttled_s += loop.time() - started
+        breaker = self.breaker
+        now = loop.time()
+        if breaker is not None and not breaker.allow(now):
+            self.stats.short_circuited += 1
+            raise CircuitOpenError(
+                f"not called: the circuit is open after repeated failures (probe in "
+                f"{breaker.remaining(now):.1f} s)",
+                lookup_key=lookup_key,
+                service=service,
+                retry_after=breaker.remaining(now),
+            )
+        self.in_flight += 1
+        return now
+
+    def leave(self, started: float, exc: BaseException | None) -> None:
+        """The call that :meth:`enter` let start ended (``exc``: how it failed, or None)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.in_flight -= 1
+        overload = isinstance(exc, _OVERLOAD)
+        self._count(exc)
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after:  # the service said when to come back: the whole lookup waits
+            self.paused_until = max(self.paused_until, now + float(retry_after))
+        if self.limit is not None:
+            if overload:
+                self.limit.overloaded(now)
+            elif exc is None:
+                self.limit.succeeded(now - started, now)
+            self.stats.limit = self.limit.allowed
+        if self.breaker is not None:
+            was_open = self.breaker.state
+            self.breaker.record(not overload, now)
+            if self.breaker.state == CircuitBreaker.OPEN and was_open != CircuitBreaker.OPEN:
+                self.stats.breaker_opened += 1
+        self._wake()
+
+    def _count(self, exc: BaseException | None) -> None:
+        if isinstance(exc, RateLimitedError):
+            self.stats.rejected += 1
+        elif isinstance(exc, ServiceUnavailableError):
+            self.stats.unavailable += 1
+        elif isinstance(exc, (LookupTimeoutError, asyncio.CancelledError)):
+            self.stats.timeouts += 1
+
+    def _wake(self) -> None:
+        room = (self.limit.allowed if self.limit is not None else 1 << 30) - self.in_flight
+        while room > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():  # a cancelled waiter takes no room
+                waiter.set_result(None)
+                room -= 1
