@@ -37,10 +37,11 @@ class LookupSource:
     null_keys: tuple[str, ...] = ()
 
     def instance_for(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
-        """``(token, function)`` for a task with these settings: a lookup without a cache of its
-        own gets the partial cache the settings describe (one per process and setting)."""
-        if conf.cache != "PARTIAL" or getattr(self.function, "cache", "absent") is not None:
-            return self.token, self.function
+        """``(token, function)`` for a task with these settings: a lookup without a cache or
+        limits of its own gets those the settings describe (one per process and setting)."""
+        token, function = self._limited(conf)
+        if conf.cache != "PARTIAL" or getattr(function, "cache", "absent") is not None:
+            return token, function
         from lookup.cache import PartialCache
 
         settings = (
@@ -49,14 +50,32 @@ class LookupSource:
             conf.cache_expire_after_access,
             conf.cache_missing_key,
         )
-        function = copy.copy(self.function)
+        function = copy.copy(function)
         function.cache = PartialCache(
             settings[0],
             expire_after_write=settings[1],
             expire_after_access=settings[2],
             cache_missing_key=settings[3],
         )
-        return f"{self.token}:{settings}", function
+        return f"{token}:{settings}", function
+
+    def _limited(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
+        """The function with the limits the settings describe, if it is a lookup without its own."""
+        wanted = conf.rate_limit is not None or conf.adaptive_concurrency or conf.breaker_failures is not None
+        if not wanted or getattr(self.function, "limits", "absent") is not None:
+            return self.token, self.function
+        from lookup.limits import Limits
+
+        limits = Limits(
+            rate=conf.rate_limit,
+            adaptive=conf.adaptive_concurrency,
+            max_concurrency=conf.buffer_capacity,
+            breaker_failures=conf.breaker_failures,
+            breaker_cool_off=conf.breaker_cool_off,
+        )
+        function = copy.copy(self.function)
+        function.limits = limits
+        return f"{self.token}:{limits}", function
 
 
 def make_source(

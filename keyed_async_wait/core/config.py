@@ -90,6 +90,16 @@ def _parse_multiplier(key: str, value: Any) -> float:
     return number
 
 
+def _parse_rate(key: str, value: Any) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, value, "calls per second > 0, e.g. 200 or 12.5") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(key, value, "calls per second > 0, e.g. 200 or 12.5")
+    return number
+
+
 def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     text = str(value).strip().upper().replace("-", "_")
     if text not in allowed:
@@ -117,6 +127,10 @@ class AsyncLookupConfig:
     cache_expire_after_write: float | None = None
     cache_expire_after_access: float | None = None
     cache_missing_key: bool = True
+    rate_limit: float | None = None  # calls per second per worker process, for SQL sources
+    adaptive_concurrency: bool = False
+    breaker_failures: int | None = None
+    breaker_cool_off: float = 5.0
 
     @classmethod
     def from_conf(
@@ -190,6 +204,10 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "partial-cache.expire-after-write": ("cache_expire_after_write", parse_duration),
     "partial-cache.expire-after-access": ("cache_expire_after_access", parse_duration),
     "partial-cache.cache-missing-key": ("cache_missing_key", parse_bool),
+    "rate-limit": ("rate_limit", _parse_rate),
+    "adaptive-concurrency": ("adaptive_concurrency", parse_bool),
+    "circuit-breaker.failures": ("breaker_failures", _parse_int),
+    "circuit-breaker.cool-off": ("breaker_cool_off", parse_duration),
 }
 ALL_KEYS = tuple(PREFIX + suffix for suffix in _KEYS)
 

@@ -73,6 +73,10 @@ class AsyncWaitMetrics:
         "cache_hits",
         "backlog_tasks",  # tasks that ran in the backlog gear (FLIP-327), with backlog= set
         "caught_up_tasks",
+        "rejected_429",  # with lookup limits: answers of 429, of 5xx, records failed at once by an
+        "unavailable_5xx",  # open circuit, and milliseconds calls waited for a rate, a pause or
+        "short_circuited",  # the adaptive limit
+        "throttled_ms",
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 

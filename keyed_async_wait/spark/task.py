@@ -103,6 +103,10 @@ class Task:
             failures=stats.failures,
             lookups=lookups.get("lookups", 0),
             cache_hits=lookups.get("cache_hits", 0),
+            rejected_429=lookups.get("rejected", 0),
+            unavailable_5xx=lookups.get("unavailable", 0),
+            short_circuited=lookups.get("short_circuited", 0),
+            throttled_ms=lookups.get("throttled_ms", 0),
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,
             backlog_tasks=int(gear is not None and gear.name == "backlog"),
@@ -208,7 +212,16 @@ def lookup_counts(instance: Any) -> dict[str, int]:
     stats = getattr(instance, "stats", None)
     if stats is None:
         return {}
-    return {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
+    counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
+    throttle = getattr(instance, "throttle_stats", None)  # a lookup with limits, once it called
+    if throttle is not None:
+        counts.update(
+            rejected=throttle.rejected,
+            unavailable=throttle.unavailable,
+            short_circuited=throttle.short_circuited,
+            throttled_ms=int(throttle.throttled_s * 1000),
+        )
+    return counts
 
 
 def _ms(seconds: float | None) -> str:

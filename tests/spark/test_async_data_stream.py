@@ -80,6 +80,24 @@ def test_metrics_count_the_same_through_accumulators_and_observed_metrics(
     assert m["latency_p50_s"] is not None and m["peak_in_flight"] >= 1
 
 
+def test_lookup_limits_hold_in_spark_and_their_counts_reach_the_metrics(spark: Any, service: Any) -> None:
+    from lookup import Limits
+
+    url, state = service
+    state.latency, state.max_concurrent, state.record_calls = 0.02, 8, True
+    df = spark.createDataFrame(updates(600, orders=60), SCHEMA)
+    metrics = AsyncWaitMetrics(spark)
+    limited = user_lookup(url, limits=Limits(adaptive=True, max_concurrency=100))
+    out = AsyncDataStream.key_ordered_wait(
+        df, limited, "order_id", order_by="seq", retry=RetryStrategy.fixed_delay(10, 0.01), metrics=metrics
+    ).collect()
+    assert sorted(r.seq for r in out) == list(range(600))
+    assert overlaps_and_disorder(state.calls) == (0, 0)
+    m = metrics.value
+    assert m["rejected_429"] == state.rejected  # every 429 the service gave is counted
+    assert m["lookups"] == 600 + state.rejected
+
+
 def test_an_observing_metrics_object_counts_one_wait(spark: Any, service: Any) -> None:
     url, _ = service
     df = spark.createDataFrame(updates(10), SCHEMA)

@@ -437,3 +437,23 @@ def test_errors_of_declared_sources_echo_no_answer(spark: Any, sql: Any, service
         ).collect()
     assert "request rejected (status 400)" in str(failure.value)
     assert "injected fault" not in str(failure.value)
+
+
+def test_limits_from_settings_open_the_circuit_in_an_outage(spark: Any, sql: Any, service: Any) -> None:
+    url, state = service
+    state.fail(503)  # an outage
+    sql_ext.install(spark, {"users": users(url)})
+    spark.createDataFrame([(i, i) for i in range(60)], "seq long, user_id long").createOrReplaceTempView("t")
+    sql(f"SET `{P}retry-strategy`=FIXED_DELAY")
+    sql(f"SET `{P}fixed-delay`=10 ms")
+    sql(f"SET `{P}max-attempts`=6")
+    sql(f"SET `{P}circuit-breaker.failures`=3")
+    sql(f"SET `{P}circuit-breaker.cool-off`=60 s")
+    sql(f"SET `{P}adaptive-concurrency`=true")
+    with pytest.raises(Exception, match="circuit is open"):
+        sql("SELECT seq, users(user_id) AS u FROM t").collect()
+    # without the breaker: 60 records x 6 attempts; with it, a few calls per worker process
+    assert state.requests <= 20, state.requests
+    with pytest.raises(Exception, match=r"rate-limit.*calls per second > 0"):
+        sql(f"SET `{P}rate-limit`=-1")
+        sql("SELECT seq, users(user_id) AS u FROM t").collect()
