@@ -146,10 +146,11 @@ async def columnar(lookup: Any, batches: list[Any], chunk: int, concurrency: int
 
 
 @contextlib.contextmanager
-def service_process(latency: float) -> Iterator[str]:
+def service_process(latency: float, max_concurrent: int | None = None) -> Iterator[str]:
     port = free_port()
+    cap = ["--max-concurrent", str(max_concurrent)] if max_concurrent is not None else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lookup.service", "--port", str(port), "--latency", str(latency)],
+        [sys.executable, "-m", "lookup.service", "--port", str(port), "--latency", str(latency), *cap],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -117,8 +117,20 @@ def _app(state: ServiceState) -> web.Application:
         out = {str(i): profile_of(int(i)) for i in ids if str(i).isdigit() and int(i) < state.users}
         return await answer("batch:" + json.dumps(ids[:3]), out)
 
+    async def stats(request: web.Request) -> web.Response:
+        counts = {
+            "requests": state.requests,
+            "rejected": state.rejected,
+            "peak_in_flight": state.peak_in_flight,
+        }
+        if request.query.get("reset"):
+            state.requests = state.rejected = state.peak_in_flight = 0
+        return web.json_response(counts)
+
     app = web.Application()
-    app.add_routes([web.get("/users/{user_id}", user), web.post("/users/batch", batch)])
+    app.add_routes(
+        [web.get("/users/{user_id}", user), web.post("/users/batch", batch), web.get("/stats", stats)]
+    )
     return app
 
 
@@ -173,8 +185,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Run the lookup service until interrupted.")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--latency", type=float, default=0.02)
+    parser.add_argument("--max-concurrent", type=int, help="answer 429 above this many requests at once")
     args = parser.parse_args()
-    with run_service(ServiceState(latency=args.latency), args.port) as (url, _):
+    state = ServiceState(
+        latency=args.latency, max_concurrent=args.max_concurrent, over_capacity_retry_after=None
+    )
+    with run_service(state, args.port) as (url, _):
         print(f"serving {url}/users/{{id}} and POST {url}/users/batch; Ctrl-C stops", flush=True)
         threading.Event().wait()
 
