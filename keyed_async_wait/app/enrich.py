@@ -317,6 +317,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "lookups": m["lookups"],
             "cache_hits": m["cache_hits"],
             "retries": m["retries"],
+            "rejected_429": m["rejected_429"],
+            "short_circuited": m["short_circuited"],
             "orders": orders,
             "orders_out_of_order": out_of_order,
             "latency_p50_s": m["latency_p50_s"],

@@ -77,7 +77,7 @@ class Task:
         log.info(
             "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs attempts=%d retries=%d "
             "timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d peak_blocked_keys=%d "
-            "latency_p50=%s p95=%s p99=%s",
+            "latency_p50=%s p95=%s p99=%s%s",
             plan.mode.name,
             gear.name if gear else "-",
             " (columnar)" if columnar else "",
@@ -93,6 +93,7 @@ class Task:
             self.peak_in_flight,
             self.peak_blocked_keys,
             *(_ms(latency.percentile(p)) for p in (50, 95, 99)),
+            _throttle_text(self.instance, lookups),
         )
         counts = dict(
             records=records,
@@ -222,6 +223,18 @@ def lookup_counts(instance: Any) -> dict[str, int]:
             throttled_ms=int(throttle.throttled_s * 1000),
         )
     return counts
+
+
+def _throttle_text(instance: Any, lookups: dict[str, int]) -> str:
+    """The limits' part of the task log line (empty for a lookup without limits)."""
+    throttle = getattr(instance, "throttle_stats", None)
+    if throttle is None:
+        return ""
+    return (
+        f" rejected_429={lookups.get('rejected', 0)} unavailable_5xx={lookups.get('unavailable', 0)} "
+        f"short_circuited={lookups.get('short_circuited', 0)} throttled_ms={lookups.get('throttled_ms', 0)} "
+        f"limit={throttle.limit or '-'} breaker_opened={throttle.breaker_opened}"
+    )
 
 
 def _ms(seconds: float | None) -> str:
