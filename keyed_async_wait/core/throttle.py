@@ -54,14 +54,25 @@ class TokenBucket:
 class AimdLimit:
     """A concurrency limit between ``minimum`` and ``maximum``, starting at ``initial``.
 
-    Each success adds ``1 / limit`` (one more per round of ``limit`` answers), unless its
+    Until the first overload, each success adds 1 (slow start, as TCP's: the limit doubles per
+    round trip); after it, each success adds ``1 / limit`` (one more per round), unless its
     latency exceeds ``tolerance`` times the baseline (the lowest latency seen lately), which
     counts as overload. Overload multiplies the limit by ``backoff``, at most once per
     ``cooldown`` (default: the baseline latency, about one round trip), so that one burst of
     rejections from the calls already in flight shrinks it once, not once per call.
     """
 
-    __slots__ = ("_baseline", "_last_cut", "backoff", "cooldown", "limit", "maximum", "minimum", "tolerance")
+    __slots__ = (
+        "_baseline",
+        "_last_cut",
+        "_slow_start",
+        "backoff",
+        "cooldown",
+        "limit",
+        "maximum",
+        "minimum",
+        "tolerance",
+    )
 
     def __init__(
         self,
@@ -87,6 +98,7 @@ class AimdLimit:
         self.cooldown = cooldown
         self._baseline: float | None = None
         self._last_cut = -math.inf
+        self._slow_start = True
 
     @property
     def allowed(self) -> int:
@@ -102,13 +114,15 @@ class AimdLimit:
         if latency > self.tolerance * baseline:
             self.overloaded(now)
             return
-        self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
+        step = 1.0 if self._slow_start else 1.0 / self.limit
+        self.limit = min(float(self.maximum), self.limit + step)
 
     def overloaded(self, now: float) -> None:
         cooldown = self.cooldown if self.cooldown is not None else (self._baseline or 0.0)
         if now - self._last_cut < cooldown:
             return
         self._last_cut = now
+        self._slow_start = False
         self.limit = max(float(self.minimum), self.limit * self.backoff)
 
 
