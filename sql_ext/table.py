@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from keyed_async_wait.core.elements import OutputMode
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.runtime.push import PushDriver
@@ -244,7 +245,9 @@ class TableCall:
             key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
         # Spark hands a task's rows over group by group: many updates of few keys at a time. Let
         # them wait behind their keys beyond the capacity, so the other keys still run.
-        blocked = _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode.name == "KEY_ORDERED" else 0
+        blocked = (
+            _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode is OutputMode.KEY_ORDERED else 0
+        )
         settings = conf.operator_settings(decision.mode, key=key, output="pairs", blocked_capacity=blocked)
         op = KeyedAsyncWaitOperator.from_settings(source_adapter(self.source, conf), settings)
         self.push_size = max(1, min(_PUSH_SIZE, conf.buffer_capacity))
@@ -261,8 +264,10 @@ class TableCall:
     def flush(self) -> Iterator[tuple[Any, ...]]:
         """A group ended, the task goes on: hand over what is pending, the rows ready so far."""
         driver = self.driver
-        if driver is None or not self.pending:
-            return iter(()) if driver is None else self._rows(driver.take())
+        if driver is None:
+            return iter(())
+        if not self.pending:
+            return self._rows(driver.take())
         batch, self.pending = self.pending, []
         return self._rows(self._guarded(driver.push, batch))
 

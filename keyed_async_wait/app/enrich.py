@@ -219,9 +219,10 @@ class Progress:
 def settle(metrics: Any, rows: int, timeout: float = 30.0) -> None:
     """Observed metrics come with the query's progress, which may reach the client after the
     query ended: wait (bounded) until they count every row written, so the summary is whole."""
-    deadline = time.monotonic() + timeout
+    deadline, pause = time.monotonic() + timeout, 0.05
     while metrics.observed and metrics.value["rows_out"] < rows and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(pause)  # each look asks the server for the progress: back off, up to 1 s
+        pause = min(1.0, pause * 2)
 
 
 def order_check(rows: list[Any]) -> tuple[int, int]:

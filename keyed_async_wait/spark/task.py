@@ -29,6 +29,9 @@ __all__ = ["Task", "instance_of", "lookup_counts", "run_partition"]
 
 log = logging.getLogger(__name__)
 
+# a lookup's limits: what lookup_counts reads, under the names the metrics count them by
+THROTTLE_COUNTS = ("rejected_429", "unavailable_5xx", "short_circuited", "throttled_ms")
+
 
 class Task:
     """What one task runs and counts; :meth:`report` once at its end (in a ``finally``)."""
@@ -104,10 +107,7 @@ class Task:
             failures=stats.failures,
             lookups=lookups.get("lookups", 0),
             cache_hits=lookups.get("cache_hits", 0),
-            rejected_429=lookups.get("rejected", 0),
-            unavailable_5xx=lookups.get("unavailable", 0),
-            short_circuited=lookups.get("short_circuited", 0),
-            throttled_ms=lookups.get("throttled_ms", 0),
+            **{name: lookups.get(name, 0) for name in THROTTLE_COUNTS},
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,
             backlog_tasks=int(gear is not None and gear.name == "backlog"),
@@ -217,8 +217,8 @@ def lookup_counts(instance: Any) -> dict[str, int]:
     throttle = getattr(instance, "throttle_stats", None)  # a lookup with limits, once it called
     if throttle is not None:
         counts.update(
-            rejected=throttle.rejected,
-            unavailable=throttle.unavailable,
+            rejected_429=throttle.rejected,
+            unavailable_5xx=throttle.unavailable,
             short_circuited=throttle.short_circuited,
             throttled_ms=int(throttle.throttled_s * 1000),
         )
@@ -230,11 +230,8 @@ def _throttle_text(instance: Any, lookups: dict[str, int]) -> str:
     throttle = getattr(instance, "throttle_stats", None)
     if throttle is None:
         return ""
-    return (
-        f" rejected_429={lookups.get('rejected', 0)} unavailable_5xx={lookups.get('unavailable', 0)} "
-        f"short_circuited={lookups.get('short_circuited', 0)} throttled_ms={lookups.get('throttled_ms', 0)} "
-        f"limit={throttle.limit or '-'} breaker_opened={throttle.breaker_opened}"
-    )
+    counts = "".join(f" {name}={lookups.get(name, 0)}" for name in THROTTLE_COUNTS)
+    return f"{counts} limit={throttle.limit or '-'} breaker_opened={throttle.breaker_opened}"
 
 
 def _ms(seconds: float | None) -> str:
