@@ -19,7 +19,7 @@ from .exceptions import (
 )
 from .fields import Field
 from .http_lookup import HttpLookup
-from .limits import Limits, ThrottleStats
+from .limits import Limits, SharedRate, ThrottleStats
 from .redis_lookup import RedisLookup
 from .secrets import Secret
 from .template import Template
@@ -41,6 +41,7 @@ __all__ = [
     "RedisLookup",
     "Secret",
     "ServiceUnavailableError",
+    "SharedRate",
     "Template",
     "TemplateError",
     "ThrottleStats",

@@ -94,6 +94,9 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
 
     async def aclose(self) -> None:
         client, self._client, self._client_loop = self._client, None, None
+        gate, self._gate, self._gate_loop = self._gate, None, None
+        if gate is not None:
+            await gate.aclose()
         if client is not None:
             await self._close_client(client)
 

@@ -11,9 +11,11 @@ Invariants: calls in flight never exceed the adaptive limit (when on); call star
 before that time (the whole lookup pauses, not only the record that got it); while the circuit
 is open, no call starts and records fail at once with :class:`CircuitOpenError`.
 
-The rate is per worker process: a job-wide budget of R calls/s over P worker processes is
-``rate=R / P`` (executors x cores for Spark's Python workers); executors that come and go
-change P, so the budget is held by each process, not shared.
+The rate is per worker process, unless ``shared`` names a job-wide budget in Redis
+(:mod:`lookup.shared_rate`): then every process of every executor takes its tokens from that
+one bucket, and executors that come and go change nothing. Without Redis, a job-wide budget of
+R calls/s over P worker processes is ``rate=R / P`` (executors x cores for Spark's Python
+workers), and holds only while P does.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.core.throttle import AimdLimit, CircuitBreaker, TokenBucket
 
 from .exceptions import CircuitOpenError, LookupTimeoutError, RateLimitedError, ServiceUnavailableError
+from .shared_rate import SharedBuckets, SharedRate
 
-__all__ = ["Gate", "Limits", "ThrottleStats"]
+__all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Limits:
         breaker.
     breaker_cool_off : float
         Seconds the circuit stays open before one probe goes out.
+    shared : SharedRate, optional
+        Hold ``rate`` and ``keys_rate`` for the whole job, in Redis, instead of per process.
     """
 
     rate: float | None = None
@@ -61,9 +66,15 @@ class Limits:
     max_concurrency: int = 100
     breaker_failures: int | None = None
     breaker_cool_off: float = 5.0
+    shared: SharedRate | None = None
 
     def __post_init__(self) -> None:
         Gate(self)  # every setting checked when made, not in a task
+        if self.shared is not None:
+            if not isinstance(self.shared, SharedRate):
+                raise ConfigError("shared", self.shared, "a SharedRate(url, name), or None")
+            if self.rate is None and self.keys_rate is None:
+                raise ConfigError("shared", self.shared, "None unless rate= or keys_rate= is given")
 
 
 @dataclass
@@ -95,6 +106,8 @@ class Gate:
         self.limit = AimdLimit(limits.max_concurrency) if limits.adaptive else None
         failures = limits.breaker_failures
         self.breaker = CircuitBreaker(failures, limits.breaker_cool_off) if failures is not None else None
+        self.shared = limits.shared  # reserved through Redis instead of the local buckets
+        self._buckets: SharedBuckets | None = None  # its client, made at the first call
         self.in_flight = 0
         self.paused_until = 0.0
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -105,10 +118,14 @@ class Gate:
         loop = asyncio.get_running_loop()
         now = loop.time()
         wait = self.paused_until - now
-        if self.bucket is not None:
-            wait = max(wait, self.bucket.reserve(now))
-        if self.keys_bucket is not None:
-            wait = max(wait, self.keys_bucket.reserve(now, keys))
+        if self.shared is not None:
+            wait = max(wait, await self._reserve_shared(keys, lookup_key, service))
+            now = loop.time()
+        else:
+            if self.bucket is not None:
+                wait = max(wait, self.bucket.reserve(now))
+            if self.keys_bucket is not None:
+                wait = max(wait, self.keys_bucket.reserve(now, keys))
         if wait > 0:
             self.stats.throttled_s += wait
             await asyncio.sleep(wait)
@@ -137,6 +154,25 @@ class Gate:
             )
         self.in_flight += 1
         return now
+
+    async def _reserve_shared(self, keys: int, lookup_key: Any, service: str) -> float:
+        if self._buckets is None:
+            assert self.shared is not None
+            self._buckets = self.shared.connect()
+        wait = 0.0
+        for kind, bucket, n in (("rate", self.bucket, 1), ("keys", self.keys_bucket, keys)):
+            if bucket is not None:
+                reserved = await self._buckets.reserve(
+                    kind, bucket.rate, bucket.burst, n, lookup_key=lookup_key, service=service
+                )
+                wait = max(wait, reserved)
+        return wait
+
+    async def aclose(self) -> None:
+        """Close the shared budget's client (nothing else holds a resource)."""
+        buckets, self._buckets = self._buckets, None
+        if buckets is not None:
+            await buckets.aclose()
 
     def leave(self, started: float, exc: BaseException | None) -> None:
         """The call that :meth:`enter` let start ended (``exc``: how it failed, or None)."""

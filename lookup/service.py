@@ -56,6 +56,7 @@ class ServiceState:
     in_flight: int = 0
     peak_in_flight: int = 0
     rejected: int = 0  # 429s answered for being over capacity
+    faults: int = 0  # answers with fail_status (an injected fault or outage)
     # (key, start, end, query): what was asked, when, and the request's query parameters
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
@@ -88,6 +89,7 @@ def _app(state: ServiceState) -> web.Application:
             if state.fail_status is not None and state.fail_count != 0:
                 if state.fail_count > 0:
                     state.fail_count -= 1
+                state.faults += 1
                 headers = {"Retry-After": state.retry_after} if state.retry_after else None
                 return web.Response(status=state.fail_status, text="injected fault", headers=headers)
             if key in state.down_ids:
@@ -122,14 +124,27 @@ def _app(state: ServiceState) -> web.Application:
             "requests": state.requests,
             "rejected": state.rejected,
             "peak_in_flight": state.peak_in_flight,
+            "faults": state.faults,
         }
         if request.query.get("reset"):
-            state.requests = state.rejected = state.peak_in_flight = 0
+            state.requests = state.rejected = state.peak_in_flight = state.faults = 0
         return web.json_response(counts)
+
+    async def outage(request: web.Request) -> web.Response:
+        """``POST /outage?seconds=S``: every call answers 503 for S seconds (for benchmarks)."""
+        seconds = float(request.query["seconds"])
+        state.fail(503)
+        asyncio.get_running_loop().call_later(seconds, state.heal)
+        return web.json_response({"outage": seconds})
 
     app = web.Application()
     app.add_routes(
-        [web.get("/users/{user_id}", user), web.post("/users/batch", batch), web.get("/stats", stats)]
+        [
+            web.get("/users/{user_id}", user),
+            web.post("/users/batch", batch),
+            web.get("/stats", stats),
+            web.post("/outage", outage),
+        ]
     )
     return app
 

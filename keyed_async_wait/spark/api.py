@@ -24,7 +24,7 @@ from ..core.exceptions import ConfigError, UnknownSettingError
 from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.settings import check_positive_int, check_seconds
-from .metrics import AsyncWaitMetrics, is_connect
+from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, partitions
 from .parked import STATE_COLUMN, ParkingPlan
 from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
@@ -352,14 +352,6 @@ def _key_ordered_stream(
     state: dict[str, Any],
     options: dict[str, Any],
 ) -> KeyedStream:
-    if is_connect(df.sparkSession):
-        raise ConfigError(
-            "key_ordered_stream session",
-            "Spark Connect",
-            "a classic session, for now: on Spark Connect, foreachBatch runs in a Python process of the "
-            "server, away from the stream's parked-state bookkeeping and reports; the three waits, their "
-            "metrics and the SQL functions work on Connect",
-        )
     if not df.isStreaming:
         raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
     if STATE_COLUMN in df.columns:

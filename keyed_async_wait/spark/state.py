@@ -12,6 +12,7 @@ Layout (``S = window + keep`` slots, a micro-batch ``n`` uses slot ``n % S``):
   replayed them); a row of segment ``f`` is live unless its key is in a removal ``k > f``.
 - ``manifest/<slot>/``: the version ``n`` itself (JSON), written last: which segments and
   removals make it up, their row counts, their files and the files' sizes.
+- ``report/<slot>/``: on Spark Connect, micro-batch ``n``'s report (JSON), for the client.
 
 Invariants. Micro-batch ``n`` reads version ``n - 1`` and only that: it is the one the last
 committed micro-batch wrote (Spark runs ``n`` only once ``n - 1`` committed, and re-runs ``n``
@@ -395,6 +396,17 @@ class ParkedStore:
                 earliest_try=None if due_now else min(firsts),
             )
         return out
+
+    # ------------------------------------------------------------------ reports
+
+    def publish(self, batch_id: int, text: str) -> None:
+        """Write micro-batch ``batch_id``'s report (one slot per micro-batch, as for versions)."""
+        _write_text(self.spark, self.path("report", batch_id), text)
+
+    def published(self) -> list[str]:
+        """The reports in every slot, one per line (empty when there are none)."""
+        text = _read_text(self.spark, f"{self.root}/report/*")
+        return text.splitlines() if text else []
 
     def _kept(self, batch_id: int, previous: Version | None) -> tuple[list[Part], list[Part]]:
         """The previous version's segments still in the window, and its removals."""

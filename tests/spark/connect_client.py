@@ -16,7 +16,7 @@ def users(url: str) -> HttpLookup:
     return HttpLookup(url + "/users/{user_id}", fields=[Field("name"), Field("tier")])
 
 
-def waits(spark: Any, url: str) -> None:
+def waits(spark: Any, url: str, *_: str) -> None:
     df = spark.createDataFrame(
         [(i, i % 7, i % 40) for i in range(300)], "seq long, order_id long, user_id long"
     )
@@ -30,15 +30,6 @@ def waits(spark: Any, url: str) -> None:
     assert (m["records"], m["rows_out"], m["lookups"]) == (300, 300, 300), m
     for wait in (AsyncDataStream.ordered_wait, AsyncDataStream.unordered_wait):
         assert wait(df, users(url)).count() == 300
-    stream = spark.readStream.format("rate").load().selectExpr("value AS order_id", "value AS user_id")
-    try:
-        AsyncDataStream.key_ordered_stream(
-            stream, users(url), "order_id", sink=print, checkpoint_location="/tmp/unused"
-        )
-    except ConfigError as exc:
-        assert "a classic session, for now" in str(exc)
-    else:
-        raise AssertionError("key_ordered_stream on Spark Connect is refused at the call")
     try:
         AsyncWaitMetrics(spark, via="accumulators")
     except ConfigError as exc:
@@ -47,7 +38,7 @@ def waits(spark: Any, url: str) -> None:
         raise AssertionError("accumulators on Spark Connect")
 
 
-def sql(spark: Any, url: str) -> None:
+def sql(spark: Any, url: str, *_: str) -> None:
     import sql_ext
 
     spark.createDataFrame(
@@ -71,14 +62,88 @@ def sql(spark: Any, url: str) -> None:
         raise AssertionError("decisions() on Spark Connect")
 
 
-def main(feature: str, remote: str, url: str) -> None:
+class WriteBatch:
+    """An idempotent sink (a micro-batch overwrites its own directory), picklable: on Connect it
+    runs in the server's foreachBatch process. ``pos`` keeps the order within a task."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        out = df.withColumn("batch", F.lit(batch_id)).withColumn("pos", F.monotonically_increasing_id())
+        out.write.mode("overwrite").parquet(f"{self.path}/{batch_id}")
+
+
+def failing_sink(df: Any, batch_id: int) -> None:
+    raise ValueError(f"the sink refused micro-batch {batch_id}")
+
+
+def stream(spark: Any, url: str, work: str) -> None:
+    """key_ordered_stream with deferrals (the test makes the service answer 503 to the first
+    calls): parked rows drain on the heartbeat, reports reach the client, a failure is raised."""
+    import json
+    import os
+
+    from keyed_async_wait import DeferPolicy, RetryStrategy
+
+    os.makedirs(f"{work}/in")
+    for part in range(3):
+        with open(f"{work}/in/{part}.json", "w") as out:
+            for seq in range(part * 40, part * 40 + 40):
+                out.write(json.dumps({"seq": seq, "order_id": seq % 8, "user_id": seq % 13}) + "\n")
+    source = spark.readStream.schema("seq long, order_id long, user_id long").json(f"{work}/in")
+    keyed = AsyncDataStream.key_ordered_stream(
+        source,
+        users(url),
+        "order_id",
+        order_by="seq",
+        sink=WriteBatch(f"{work}/out"),
+        checkpoint_location=f"{work}/cp",
+        on_error="defer",
+        defer=DeferPolicy(delay=1.0, max_delay=2.0),
+        retry=RetryStrategy.fixed_delay(1, 0.05),
+        heartbeat=1,
+        timeout=10.0,
+    )
+    last = keyed.run_available_now(drain_timeout=120)
+    reports = keyed.reports
+    assert last is not None and last.parked == 0, reports
+    assert any(r.parked > 0 for r in reports), reports  # the 503s parked some keys
+    assert [r.batch_id for r in reports] == sorted({r.batch_id for r in reports}), reports
+    assert sum(r.rows_in for r in reports) == 120, reports
+    assert sum(r.rows_out for r in reports) == 120, reports
+    rows = spark.read.parquet(f"{work}/out/*").collect()
+    assert sorted(r.seq for r in rows) == list(range(120)), "every row once"
+    assert all(r.name == f"user-{r.user_id}" and r._error is None for r in rows)
+    for key in range(8):
+        mine = sorted((r.batch, r.pos, r.seq) for r in rows if r.order_id == key)
+        assert [seq for _, _, seq in mine] == sorted(seq for _, _, seq in mine), f"key {key} in order"
+    broken = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema("seq long, order_id long, user_id long").json(f"{work}/in"),
+        users(url),
+        "order_id",
+        sink=failing_sink,
+        checkpoint_location=f"{work}/cp-broken",
+    )
+    try:
+        broken.run_available_now()
+    except Exception as exc:  # Spark's StreamingQueryException, as on a classic session
+        assert "the sink refused micro-batch 0" in str(exc), exc
+    else:
+        raise AssertionError("a failing sink fails the run")
+    print(f"stream: {len(reports)} micro-batches, parked at most {max(r.parked for r in reports)}")
+
+
+def main(feature: str, remote: str, url: str, *extra: str) -> None:
     spark = SparkSession.builder.remote(remote).getOrCreate()
     try:
-        {"waits": waits, "sql": sql}[feature](spark, url)
+        {"waits": waits, "sql": sql, "stream": stream}[feature](spark, url, *extra)
     finally:
         spark.stop()
     print(f"{feature}: ok")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

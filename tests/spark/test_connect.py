@@ -1,5 +1,6 @@
 """Every feature through a Spark Connect client (each in a process of its own, against one local
-Connect server): the waits with observed metrics, the SQL extension, the main job."""
+Connect server): the waits with observed metrics, key_ordered_stream, the SQL extension, the main
+job."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).parents[2]
 
 
-def _client(feature: str, connect_url: str, url: str) -> None:
+def _client(feature: str, connect_url: str, url: str, *extra: str) -> None:
     script = Path(__file__).with_name("connect_client.py")
     done = run_bounded(
-        [sys.executable, str(script), feature, connect_url, url],
+        [sys.executable, str(script), feature, connect_url, url, *extra],
         timeout=300,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -32,6 +33,15 @@ def _client(feature: str, connect_url: str, url: str) -> None:
 def test_the_three_waits_and_their_metrics_on_spark_connect(connect_url: str, service: Any) -> None:
     url, _ = service
     _client("waits", connect_url, url)
+
+
+def test_key_ordered_stream_on_spark_connect(connect_url: str, service: Any, tmp_path: Path) -> None:
+    """foreachBatch runs in the server's Python process: parked state, reports and failures
+    still reach the client (the first 20 calls answer 503, so some keys are deferred)."""
+    url, state = service
+    state.fail(503, count=20)
+    _client("stream", connect_url, url, str(tmp_path))
+    assert state.fail_count == 0, "the outage was seen"
 
 
 def test_the_sql_extension_on_spark_connect(connect_url: str, service: Any) -> None:

@@ -1,0 +1,328 @@
+"""One micro-batch of a key-ordered stream with parked rows as keyed state: self-contained, so
+that it runs where ``foreachBatch`` runs it (the driver on a classic session; a Python process of
+the server on Spark Connect, which pickles it).
+
+Micro-batch ``n``:
+
+1. opens version ``n - 1`` of the parked state (:mod:`keyed_async_wait.spark.state`; verified
+   at the first micro-batch of a run: a missing or damaged version fails here, before any lookup);
+2. finds, per parked key, its first row and whether it is due (a deferral's next try has come,
+   or it was parked by the time cap); due keys are replayed, oldest first, up to the replay
+   budget; every other parked key is *carried*: its rows stay where they are, and new rows of
+   it are appended to the state as they are, without going to Python;
+3. runs the replayed rows, then the other new rows, per partition (``mapInArrow``), with the
+   time cap and the error policy; rows that do not finish come out parked;
+4. hands the finished rows to ``sink(df, batch_id)`` and writes version ``n``: a segment with
+   the rows parked by this micro-batch (and those of segments leaving the window), the keys it
+   took out of older segments, and its manifest, last;
+5. returns its :class:`BatchReport`, and with ``publish`` also writes it under the checkpoint,
+   where a Spark Connect client reads it.
+
+It holds no session, lock or accumulator between micro-batches: the session is the batch's, and
+the counts come from an accumulator where the session has them (classic) or from the finished
+micro-batch itself (Connect).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pyspark import AccumulatorParam, StorageLevel
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+
+from .metrics import is_connect
+from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
+from .state import ParkedStore, StateError, Version
+
+__all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch", "TaskCounts"]
+
+log = logging.getLogger(__name__)
+
+_TYPES = {"long": LongType(), "int": IntegerType(), "double": DoubleType(), "string": StringType()}
+STATE_STRUCT = StructType([StructField(name, _TYPES[kind], True) for name, kind in STATE_FIELDS])
+TICK = "_kaw_tick"  # the heartbeat's rows carry it true
+
+
+def _state() -> Any:
+    """The state column (a Column needs an active session: made on use)."""
+    return F.col(STATE_COLUMN)
+
+
+class TaskCounts(AccumulatorParam):
+    """[new rows, replayed rows, peak KiB a task added, rows out, rows parked]: summed, except
+    the peak (the largest). For reports; the state's own counts come from its files."""
+
+    def zero(self, value: list[int]) -> list[int]:
+        return [0] * 5
+
+    def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]]
+
+
+def _task_counts(spark: Any) -> Any:
+    """An accumulator for the tasks' counts, or None on Spark Connect (it has none)."""
+    return None if is_connect(spark) else spark.sparkContext.accumulator([0] * 5, TaskCounts())
+
+
+def _counted(enriched: DataFrame, counts: Any) -> tuple[int, int, int]:
+    """(rows out, rows parked, peak KiB a task added) of a micro-batch that ran: from the
+    accumulator, or without one by counting the (persisted) output; the peak is then unknown (0)."""
+    if counts is not None:
+        _, _, peak_kib, rows_out, reparked = counts.value
+        return rows_out, reparked, peak_kib
+    row = enriched.agg(
+        F.count(F.when(_state().isNull(), 1)).alias("out"), F.count(_state()).alias("parked")
+    ).first()
+    assert row is not None
+    return int(row.out), int(row.parked), 0
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch_id: int
+    rows_in: int  # new rows of this micro-batch
+    replayed: int  # parked rows read back and run
+    rows_out: int  # rows handed to the sink
+    parked: int  # rows parked for the next micro-batch (the live rows of version batch_id)
+    seconds: float
+    carried: int = 0  # parked rows left in place: not due yet, or over the replay budget
+    written: int = 0  # state rows this micro-batch wrote (its segment)
+    peak_task_mib: float = 0.0  # the most memory any one task added to its Python worker (classic)
+    run: str = field(default="", repr=False)  # the start() that ran it
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> BatchReport:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class _Replay:
+    rows: DataFrame | None  # the parked rows to run
+    selected: DataFrame | None  # their keys
+    carried_keys: DataFrame | None  # parked keys left in place
+    replayed: int
+    carried: int
+    heads: DataFrame | None = None  # per parked key: its first row and row count (persisted)
+
+
+@dataclass
+class MicroBatch:
+    """``foreachBatch``'s function for a :class:`~keyed_async_wait.spark.stream.KeyedStream`."""
+
+    build: Callable[[DataFrame, ParkingPlan], DataFrame]  # the mapInArrow stage
+    parking: ParkingPlan
+    key_columns: list[str]
+    order_by: list[str]
+    sink: Callable[[DataFrame, int], None]
+    checkpoint: str
+    num_partitions: int | None
+    input_columns: list[str]
+    state_schema: StructType  # the input's columns and the state column
+    keep: int
+    window: int
+    heartbeat: bool
+    replay_rows: int | None  # None: as many as 4x what got out last time, at least 10,000
+    publish: bool = False  # write each report under the checkpoint (for a Spark Connect client)
+    run_id: str = ""
+    _store: ParkedStore | None = field(default=None, init=False, repr=False)  # made at the first call
+    _last_out: int = field(default=0, init=False)
+    _arrived_nothing: bool = field(default=False, init=False)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> BatchReport:
+        """Run micro-batch ``batch_id`` (``foreachBatch``'s function); its report."""
+        started = time.monotonic()
+        spark = batch.sparkSession
+        if self._store is None:
+            self._store = ParkedStore(
+                spark, self.checkpoint, keep=self.keep, window=self.window, heartbeat=self.heartbeat
+            )
+        self._store.spark = spark
+        previous = self._store.open(batch_id)  # a missing or damaged version fails here: nothing ran
+        if self.heartbeat:
+            batch = batch.where(~F.col(TICK)).drop(TICK)
+        self._arrived_nothing = batch.isEmpty()  # a heartbeat: no new row to park behind a key
+        new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
+        replay = self._replay(previous, batch_id)
+        behind, run_new = None, new
+        if replay.carried_keys is not None:
+            behind = new.join(replay.carried_keys, self.key_columns, "left_semi")
+            run_new = new.join(replay.carried_keys, self.key_columns, "left_anti")
+        both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
+        counts = _task_counts(spark)
+        parking = replace(self.parking, batch_id=batch_id, counts=counts)
+        enriched = self.build(self._ordered(both), parking).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
+            rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
+            written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked)
+            version = self._store.commit(
+                batch_id, previous, written, replay.replayed, replay.carried == 0 and previous is not None
+            )
+        finally:
+            enriched.unpersist()
+            if replay.heads is not None:
+                replay.heads.unpersist()
+        segment = (
+            version.segments[-1] if version.segments and version.segments[-1].batch == batch_id else None
+        )
+        fresh = segment.fresh if segment is not None else 0
+        ran_new = rows_out + reparked - replay.replayed  # every row run leaves: finished or parked
+        report = BatchReport(
+            batch_id,
+            rows_in=ran_new + fresh - reparked,  # those run, and those parked behind a key
+            replayed=replay.replayed,
+            rows_out=rows_out,
+            parked=version.rows,
+            seconds=time.monotonic() - started,
+            carried=replay.carried,
+            written=segment.rows if segment is not None else 0,
+            peak_task_mib=round(peak_kib / 1024, 1),
+            run=self.run_id,
+        )
+        self._last_out = rows_out
+        log.info("key_ordered_stream: %s", report)
+        if self.publish:
+            self._store.publish(batch_id, report.to_json())
+        return report
+
+    @property
+    def store(self) -> ParkedStore:
+        """The parked state (made at the first micro-batch, with its session)."""
+        assert self._store is not None, "a micro-batch has not run yet"
+        return self._store
+
+    def _ordered(self, both: DataFrame) -> DataFrame:
+        spark = both.sparkSession
+        n = self.num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+        origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
+        return both.repartition(n, *self.key_columns).sortWithinPartitions(
+            origin, _state().seg, _state().order, *self.order_by
+        )
+
+    def _replay(self, previous: Version | None, batch_id: int) -> _Replay:
+        """Which parked keys run now (due, oldest first, within the budget) and which stay."""
+        parked = self.store.live(previous, self.state_schema, self.key_columns) if previous else None
+        if parked is None or previous is None:
+            return _Replay(None, None, None, 0, 0)
+        now = time.time()
+        latest, earliest = previous.latest_try, previous.earliest_try
+        if (latest is None or latest <= now) and previous.rows <= self._budget():
+            return _Replay(parked, None, None, previous.rows, 0)  # every key is due: all of them run
+        if earliest is not None and earliest > now:  # no key is due: all of them stay, unread
+            return _Replay(None, None, parked.select(*self.key_columns).distinct(), 0, previous.rows)
+        heads = (
+            parked.groupBy(*self.key_columns)
+            .agg(
+                F.min(F.struct(_state().seg, _state().order, _state().next_try)).alias("head"),
+                F.count(F.lit(1)).alias("n"),
+            )
+            .persist()
+        )
+        due = F.col("head.next_try").isNull() | (F.col("head.next_try") <= F.lit(now))
+        summary = (
+            heads.groupBy(F.col("head.seg").alias("seg"), due.alias("due"))
+            .agg(F.sum("n").alias("rows"))
+            .collect()
+        )
+        total = sum(int(row.rows) for row in summary)
+        if total != previous.rows:
+            raise StateError(
+                f"version {previous.batch} holds {total} live rows, its manifest says {previous.rows}: "
+                "rows are missing",
+                path=self.store.root,
+                batch_id=batch_id,
+            )
+        cutoff = _cutoff(summary, self._budget())
+        chosen = due & (F.col("head.seg") <= F.lit(cutoff)) if cutoff is not None else F.lit(False)
+        replayed = sum(int(r.rows) for r in summary if r.due and cutoff is not None and r.seg <= cutoff)
+        selected = heads.where(chosen).select(*self.key_columns)
+        carried_keys = heads.where(~chosen).select(*self.key_columns)
+        rows = parked.join(selected, self.key_columns, "left_semi") if replayed else None
+        return _Replay(
+            rows,
+            selected if replayed else None,
+            carried_keys if replayed < total else None,
+            replayed,
+            total - replayed,
+            heads,
+        )
+
+    def _budget(self) -> int:
+        if self.replay_rows is not None:
+            return self.replay_rows
+        return max(10_000, 4 * self._last_out)
+
+    def _write_parts(
+        self,
+        enriched: DataFrame,
+        behind: DataFrame | None,
+        previous: Version | None,
+        replay: _Replay,
+        batch_id: int,
+        reparked: int,
+    ) -> list[str]:
+        """Write what version ``batch_id`` adds: its segment (re-parked rows, new rows behind
+        carried keys, the live rows of segments leaving the window, compacted keeping their
+        order) and its removal set (the keys it replayed, when others stay); the parts written."""
+        columns = [*self.input_columns, STATE_COLUMN]
+        parts = [enriched.where(_state().isNotNull()).select(*columns)] if reparked else []
+        if behind is not None and not self._arrived_nothing:
+            parts.append(_behind_state(behind, self.key_columns, self.order_by, batch_id).select(*columns))
+        aged = self.store.aged(batch_id, previous)
+        if aged and previous is not None:
+            old = self.store.live(previous, self.state_schema, self.key_columns, only=aged)
+            if old is not None:
+                if replay.selected is not None:
+                    old = old.join(replay.selected, self.key_columns, "left_anti")
+                parts.append(old.select(*columns))
+        written = []
+        if parts:
+            segment = parts[0]
+            for part in parts[1:]:
+                segment = segment.unionByName(part)
+            self.store.write("seg", segment, batch_id)
+            written.append("seg")
+        if replay.selected is not None and replay.carried:  # other keys stay in the older segments
+            self.store.write("rm", replay.selected, batch_id)
+            written.append("rm")
+        return written
+
+
+def _cutoff(summary: list[Any], budget: int) -> int | None:
+    """The newest head segment whose due keys are replayed: oldest first, while within the
+    budget (at least the oldest segment's, so a budget never starves the backlog)."""
+    due = sorted((int(row.seg), int(row.rows)) for row in summary if row.due)
+    cutoff, taken = None, 0
+    for seg, rows in due:
+        if cutoff is not None and taken + rows > budget:
+            break
+        cutoff, taken = seg, taken + rows
+    return cutoff
+
+
+def _behind_state(behind: DataFrame, keys: list[str], order_by: list[str], batch_id: int) -> DataFrame:
+    """New rows of a carried key, parked as they come, after the key's older rows."""
+    order = Window.partitionBy(*keys).orderBy(
+        *([F.col(c) for c in order_by] or [F.monotonically_increasing_id()])
+    )
+    state = F.struct(
+        F.lit(batch_id).cast("long").alias("seg"),
+        F.row_number().over(order).cast("long").alias("order"),
+        F.lit(None).cast("int").alias("key_group"),
+        F.lit(0).alias("attempts"),
+        F.lit(0).alias("deferrals"),
+        F.lit(None).cast("double").alias("next_try"),
+        F.lit(None).cast("double").alias("deferred_since"),
+        F.lit(None).cast("string").alias("error"),
+    )
+    return behind.withColumn(STATE_COLUMN, state)

@@ -1,0 +1,101 @@
+"""A rate budget for the whole job, held in Redis: every worker process of every executor takes
+its tokens from one bucket, so R calls/s hold however many tasks run, and executors that come
+and go change nothing.
+
+The bucket is one Redis hash (``kaw:rate:<name>``: tokens, last) and one Lua script that does
+what :class:`keyed_async_wait.core.throttle.TokenBucket` does, atomically, on the server's clock:
+add what the time since the last reservation earned (up to ``burst``), take ``n``, and answer
+how long the caller waits before its tokens are there. Reservations queue as in the local
+bucket: each waits for the ones before it. The hash expires once it would be full again, so an
+idle budget leaves nothing behind.
+
+Invariant: over any ``T`` seconds, calls that reserved from one budget started at most
+``burst + rate * T`` times (the server's clock orders every reservation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from keyed_async_wait.core.exceptions import ConfigError
+
+from .exceptions import ServiceUnavailableError
+from .secrets import redact_url
+
+__all__ = ["SharedRate"]
+
+_RESERVE = """
+local rate, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local held = redis.call('HMGET', KEYS[1], 'tokens', 'last')
+local tokens = tonumber(held[1]) or burst
+local last = tonumber(held[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - last) * rate) - n
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'last', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
+if tokens >= 0 then return '0' end
+return tostring(-tokens / rate)
+"""
+
+
+@dataclass(frozen=True)
+class SharedRate:
+    """Where a job-wide budget lives: a Redis URL and the budget's name (the lookups that share
+    one name share its calls/s). The URL's password never shows in a repr or an error.
+
+    Parameters
+    ----------
+    url : str
+        ``redis://[:password@]host:port/db``.
+    name : str
+        The budget's name; its key is ``kaw:rate:<name>`` (and ``kaw:keys:<name>`` for keys/s).
+    """
+
+    url: str = field(repr=False)
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("shared url", redact_url(str(self.url)), "a redis://, rediss:// or unix:// URL")
+        if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
+            raise ConfigError("shared name", self.name, "a non-empty name without spaces")
+
+    def __repr__(self) -> str:
+        return f"SharedRate(url={redact_url(self.url)!r}, name={self.name!r})"
+
+    def connect(self) -> SharedBuckets:
+        """The asyncio side, made inside the event loop that uses it."""
+        return SharedBuckets(self)
+
+
+class SharedBuckets:
+    """The Redis client and script of one :class:`SharedRate` in one event loop."""
+
+    def __init__(self, shared: SharedRate) -> None:
+        import redis.asyncio as redis
+
+        self.shared = shared
+        self._client = redis.Redis.from_url(shared.url)
+        self._script = self._client.register_script(_RESERVE)
+
+    async def reserve(
+        self, kind: str, rate: float, burst: float, n: float, *, lookup_key: object, service: str
+    ) -> float:
+        """Take ``n`` tokens of the ``kind`` bucket ("rate" or "keys"): seconds to wait."""
+        import redis.exceptions
+
+        try:
+            wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            # from None: the client's error may carry the URL with its password
+            raise ServiceUnavailableError(
+                f"not called: the shared rate budget {self.shared.name!r} at {redact_url(self.shared.url)} "
+                f"cannot be reached ({type(exc).__name__}), and no call starts without it",
+                lookup_key=lookup_key,
+                service=service,
+            ) from None
+        return float(wait)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
