@@ -20,6 +20,7 @@ from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash
 from .core.parking import DeferPolicy
 from .core.retry import RetryStrategy, is_retryable, lookup_miss
 from .core.snapshot import OperatorSnapshot, SnapshotRecord
+from .runtime.chain import Chain, Step, StepError, StepStats
 from .runtime.function import AsyncFunction
 from .runtime.operator import KeyedAsyncWaitOperator, OperatorStats
 
@@ -53,6 +54,7 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "split_errors",
     "WHOLE_RECORD",
     "AsyncFunction",
+    "Chain",
     "ConfigError",
     "DeferPolicy",
     "FailedRecord",
@@ -68,6 +70,9 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "RetryStrategy",
     "SnapshotError",
     "SnapshotRecord",
+    "Step",
+    "StepError",
+    "StepStats",
     "Watermark",
     "is_retryable",
     "key_group_for",

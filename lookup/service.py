@@ -50,6 +50,7 @@ class ServiceState:
     slow_ids: set[str] = field(default_factory=set)
     slow_seconds: float = 30.0
     down_ids: set[str] = field(default_factory=set)  # these ids answer 503 (an outage of their shard)
+    down_query: dict[str, str] = field(default_factory=dict)  # requests with these parameters: 503
     record_calls: bool = False
     max_concurrent: int | None = None  # above this many requests at once: 429 with Retry-After
     over_capacity_retry_after: str | None = None
@@ -94,6 +95,8 @@ def _app(state: ServiceState) -> web.Application:
                 return web.Response(status=state.fail_status, text="injected fault", headers=headers)
             if key in state.down_ids:
                 return web.Response(status=503, text="shard down")
+            if state.down_query and query and state.down_query.items() <= query.items():
+                return web.Response(status=503, text="down for these parameters")
             delay = state.slow_seconds if key in state.slow_ids else state.latency
             if state.jitter:
                 delay += random.random() * state.jitter

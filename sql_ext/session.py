@@ -9,6 +9,7 @@ from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.options import session_config, session_time_zone
 
 from .allowlist import DeclaredSources
+from .buckets import spread_values
 from .exceptions import ConfigError
 from .modes import Decision, decide, describe_input
 from .scalar import scalar_function
@@ -75,8 +76,13 @@ class AsyncLookupSQL:
     def _register_table_function(self) -> None:
         from pyspark.sql.functions import udtf
 
+        partitions = str(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
         cls = table_function_class(
-            self._sources, self._decisions, session_time_zone(self.spark), self.declared_sources
+            self._sources,
+            self._decisions,
+            session_time_zone(self.spark),
+            self.declared_sources,
+            spread_values(int(partitions)) if partitions.isdigit() else None,  # "auto" on some platforms
         )
         self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
 

@@ -16,7 +16,8 @@ several results gives several rows.
 Which mode runs follows FLIP-519's truth table (:mod:`sql_ext.modes`), decided in each task
 from the session settings, logged (logger ``sql_ext.table``) and counted in
 :meth:`AsyncLookupSQL.decisions`. An update stream is partitioned by a hash of its key into
-``buckets`` groups, ordered by ``order_by`` inside each, so one key never spans two groups.
+``buckets`` groups, ordered by ``order_by`` inside each, so one key never spans two groups; the
+groups are named so that Spark spreads them evenly over its tasks (:mod:`sql_ext.buckets`).
 Spark makes one instance per group and runs a task's groups one after another; the groups of a
 task share one operator (:mod:`sql_ext.groups`), so every key of the task runs concurrently,
 whatever the bucket count. An insert-only input keeps its partitioning.
@@ -38,6 +39,7 @@ from keyed_async_wait.spark.values import ValueMismatch, column_converter
 from keyed_async_wait.spark.worker import worker_loop
 
 from .allowlist import DeclaredSources
+from .buckets import bucket_expression
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .groups import SharedCalls, at_group_boundary
@@ -110,6 +112,7 @@ def analyze(
     source: Any,
     options: Mapping[str, Any],
     allowed: DeclaredSources | None = None,
+    spread: list[int] | None = None,
 ) -> LookupAnalysis:
     """Check the call and derive the output schema and partitioning (runs at analysis time,
     so every error here comes before any lookup). ``options``: the named arguments."""
@@ -160,7 +163,7 @@ def analyze(
     partition_by, order_columns = [], []
     if shape.update_stream:
         hashed = ", ".join(_quoted(c) for c in shape.key)
-        partition_by = [PartitioningColumn(f"pmod(hash({hashed}), {count})")]
+        partition_by = [PartitioningColumn(bucket_expression(hashed, count, spread))]
         order_columns = [OrderingColumn(_quoted(c)) for c in order]
     return LookupAnalysis(
         schema=StructType(fields),
@@ -335,16 +338,21 @@ class TableCall:
 
 
 def table_function_class(
-    sources: Mapping[str, LookupSource], decisions: Any, time_zone: str, allowed: DeclaredSources | None
+    sources: Mapping[str, LookupSource],
+    decisions: Any,
+    time_zone: str,
+    allowed: DeclaredSources | None,
+    spread: list[int] | None = None,
 ) -> type:
     """A UDTF class bound to ``sources`` and the allow-list of declared sources (defined here so
-    that it is pickled by value: nothing in SQL can change either)."""
+    that it is pickled by value: nothing in SQL can change either); ``spread``: the bucket
+    values for the session's shuffle partitions (:mod:`sql_ext.buckets`)."""
     bound = dict(sources)
 
     class AsyncLookup:
         @staticmethod
         def analyze(table: Any, source: Any, **options: Any) -> LookupAnalysis:
-            return analyze(bound, table, source, options, allowed)
+            return analyze(bound, table, source, options, allowed, spread)
 
         def __init__(self, analyze_result: LookupAnalysis) -> None:
             # the groups of one task share one call (sql_ext.groups): all their keys run at once

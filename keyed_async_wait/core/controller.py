@@ -154,12 +154,25 @@ class Controller:
         self._live[entry.seq] = entry
         self._output.add(entry)
 
+    def release_early(self, entry: Entry) -> Entry | None:
+        """KEY_ORDERED: ``entry``, still running, lets the next entry of its key start (its
+        function reached the point after which order does not matter); that entry, now READY,
+        or None. The key is released once per entry: :meth:`finish` then releases nothing."""
+        keys = self._keys
+        if keys is None or entry.released or entry.state == State.DONE:
+            return None
+        entry.released = True
+        nxt = keys.release(entry.key)
+        if nxt is not None:
+            nxt.state = State.READY
+        return nxt
+
     def finish(self, entry: Entry) -> Entry | None:
         """``entry`` has its results or failure: the next entry of its key, now READY, or None."""
         entry.state = State.DONE
         self._output.complete(entry)
         keys = self._keys
-        if keys is None:
+        if keys is None or entry.released:
             return None
         nxt = keys.release(entry.key)
         if nxt is not None:
@@ -177,7 +190,7 @@ class Controller:
         self._output.complete_many(entries)
         if self._keys is None:
             return []
-        ready = self._keys.release_many([entry.key for entry in entries])
+        ready = self._keys.release_many([entry.key for entry in entries if not entry.released])
         for entry in ready:
             entry.state = State.READY
         return ready

@@ -39,6 +39,7 @@ class Entry:
         "meta",
         "preset",
         "record",
+        "released",
         "results",
         "seq",
         "started",
@@ -62,6 +63,7 @@ class Entry:
         self.preset: list[Any] | None = None
         self.emitted = 0
         self.meta: Any = None  # a ParkInfo for a record replayed from parked state
+        self.released = False  # its function let the next record of its key start early
 
     @classmethod
     def for_watermark(cls, seq: int, watermark: Any) -> Entry:

@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from ..core.exceptions import ConfigError, ResultTypeError
 
-__all__ = ["AsyncFunction", "FunctionAdapter", "adapt_function"]
+__all__ = ["AsyncFunction", "FunctionAdapter", "adapt_function", "check_release"]
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -72,7 +72,17 @@ class FunctionAdapter:
     a list of results; ``call_batch`` and ``fallback`` are None when the action has none.
     """
 
-    __slots__ = ("call", "call_batch", "close", "eager", "fallback", "name", "open", "to_results")
+    __slots__ = (
+        "bind_release",
+        "call",
+        "call_batch",
+        "close",
+        "eager",
+        "fallback",
+        "name",
+        "open",
+        "to_results",
+    )
 
     def __init__(
         self,
@@ -85,8 +95,12 @@ class FunctionAdapter:
         open: Callable[[], Awaitable[None]] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
         eager: bool = False,
+        bind_release: Callable[[Any], None] | None = None,
     ) -> None:
         self.name = name
+        # given the runtime's release(record) -> bool, or None (a function that releases its key
+        # before it ends: a chain with release_after)
+        self.bind_release = bind_release
         self.eager = eager
         self.call = call
         self.to_results = to_results
@@ -94,6 +108,17 @@ class FunctionAdapter:
         self.fallback = fallback
         self.open = open
         self.close = close
+
+
+def check_release(adapter: FunctionAdapter, on_error: str) -> None:
+    """A function that releases its key early cannot be deferred: deferral parks the key."""
+    if adapter.bind_release is not None and on_error == "defer":
+        raise ConfigError(
+            "on_error",
+            "defer",
+            "'fail' or 'emit' with a function that releases its key early (a chain's release_after): "
+            "a deferral parks the key, which the function has already let go",
+        )
 
 
 def adapt_function(function: Any) -> FunctionAdapter:
@@ -115,6 +140,7 @@ def adapt_function(function: Any) -> FunctionAdapter:
             open=getattr(function, "open", None),
             close=getattr(function, "close", None),
             eager=bool(getattr(function, "eager_start", False)),
+            bind_release=getattr(function, "bind_release", None),
         )
     if callable(function):
         return FunctionAdapter(

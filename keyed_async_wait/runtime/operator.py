@@ -15,7 +15,7 @@ from ..core.retry import RetryStrategy
 from ..core.settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
 from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
 from .consume import outputs_of
-from .function import adapt_function
+from .function import adapt_function, check_release
 from .runtime import Runtime
 from .stats import EMPTY, OperatorStats, stats_of
 
@@ -43,10 +43,9 @@ class KeyedAsyncWaitOperator:
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
       :class:`FailedRecord` in its place and goes on.
     * ``batch_size`` / ``buffer_timeout``: the active buffer of an action with ``invoke_batch``
-      (``batch_size=None`` turns batching off). With ``buffer_timeout=0`` a batch leaves as soon as
-      no more records are at hand; larger values wait up to that long to fill it; ``None``
-      (backlog) sends only full batches, except when the intake must wait or no batch is in
-      flight: no timer at all.
+      (``batch_size=None``: no batching). ``buffer_timeout=0``: a batch leaves when no more records
+      are at hand; larger: wait up to that long to fill it; ``None`` (backlog): only full batches,
+      unless the intake must wait or no batch is in flight (no timer at all).
     * ``output``: ``"results"`` yields each result; ``"pairs"`` ``(record, results)`` per record.
     * ``on_close``: what happens to running actions when the consumer stops early.
     * ``max_parallelism``: the number of key groups of snapshots.
@@ -113,6 +112,7 @@ class KeyedAsyncWaitOperator:
     def _init(self, function: Any, settings: OperatorSettings) -> None:
         self.settings = settings
         self.function = adapt_function(function)
+        check_release(self.function, settings.on_error)
         if settings.eager_start is not None:
             self.function.eager = settings.eager_start
         self.key_selector: KeySelector | None = settings.key_selector()

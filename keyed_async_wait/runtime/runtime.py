@@ -64,6 +64,21 @@ class Runtime:
         self.wait_output = run.wait_output
         self.take_spill = run.take_spill
         self.leftover = run.leftover
+        if fn.bind_release is not None:
+            fn.bind_release(self.release_key)
+
+    def release_key(self, record: Any) -> bool:
+        """Let the next record of ``record``'s key start now, while ``record`` still runs
+        (KEY_ORDERED; elsewhere there is no key order to release). False when ``record`` is
+        not running here."""
+        run = self.run
+        entry = next((e for e in run.running.values() if e.record is record), None)
+        if entry is None:
+            return False
+        nxt = run.ctl.release_early(entry)
+        if nxt is not None:
+            self.dispatcher.dispatch(nxt)
+        return True
 
     # ------------------------------------------------------------------ what the operator uses
 

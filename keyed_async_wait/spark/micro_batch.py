@@ -324,5 +324,6 @@ def _behind_state(behind: DataFrame, keys: list[str], order_by: list[str], batch
         F.lit(None).cast("double").alias("next_try"),
         F.lit(None).cast("double").alias("deferred_since"),
         F.lit(None).cast("string").alias("error"),
+        F.lit(None).cast("string").alias("progress"),
     )
     return behind.withColumn(STATE_COLUMN, state)

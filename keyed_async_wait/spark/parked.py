@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
 from .memory import PeakMemory
@@ -35,6 +36,7 @@ STATE_FIELDS = (
     ("next_try", "double"),  # wall-clock seconds; null: at once
     ("deferred_since", "double"),
     ("error", "string"),
+    ("progress", "string"),  # a chain's progress (steps finished, their results): resumes there
 )
 
 
@@ -48,6 +50,8 @@ class ParkingPlan:
 
 
 def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> ParkedItem:
+    if state.get("progress"):
+        row[PROGRESS_FIELD] = state["progress"]
     info = ParkInfo(
         state["attempts"] or 0,
         state["deferrals"] or 0,
@@ -69,6 +73,9 @@ def _state(item: ParkedItem, seg: int, order: int, max_parallelism: int) -> dict
         "next_try": info.next_try,
         "deferred_since": info.deferred_since,
         "error": info.error,
+        "progress": ChainProgress.encoded(item.record.pop(PROGRESS_FIELD, None))
+        if isinstance(item.record, dict)
+        else None,
     }
 
 

@@ -210,8 +210,16 @@ def instance_of(adapter: FunctionAdapter) -> Any:
 
 
 def lookup_counts(instance: Any) -> dict[str, int]:
+    """A lookup's counts; for a chain, its steps' summed."""
+    steps = getattr(instance, "steps", None)
+    if isinstance(steps, tuple):
+        total: dict[str, int] = {}
+        for step in steps:
+            for name, value in lookup_counts(step.function).items():
+                total[name] = total.get(name, 0) + value
+        return total
     stats = getattr(instance, "stats", None)
-    if stats is None:
+    if stats is None or not hasattr(stats, "requests"):
         return {}
     counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
     throttle = getattr(instance, "throttle_stats", None)  # a lookup with limits, once it called
@@ -225,8 +233,23 @@ def lookup_counts(instance: Any) -> dict[str, int]:
     return counts
 
 
+def _steps_text(instance: Any) -> str:
+    """A chain's part of the task log line: per step, its calls, failures, retries, misses,
+    records resumed past it and mean latency (in this worker process so far)."""
+    stats = getattr(instance, "stats", None)
+    if not isinstance(getattr(instance, "steps", None), tuple) or not isinstance(stats, dict):
+        return ""
+    return "".join(
+        f" step[{name}]=calls:{s.calls},failures:{s.failures},retries:{s.retries},misses:{s.misses},"
+        f"resumed:{s.resumed},mean:{_ms(s.mean_latency)}"
+        for name, s in stats.items()
+    )
+
+
 def _throttle_text(instance: Any, lookups: dict[str, int]) -> str:
     """The limits' part of the task log line (empty for a lookup without limits)."""
+    if isinstance(getattr(instance, "steps", None), tuple):
+        return _steps_text(instance)
     throttle = getattr(instance, "throttle_stats", None)
     if throttle is None:
         return ""
