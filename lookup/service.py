@@ -51,6 +51,7 @@ class ServiceState:
     slow_seconds: float = 30.0
     down_ids: set[str] = field(default_factory=set)  # these ids answer 503 (an outage of their shard)
     down_query: dict[str, str] = field(default_factory=dict)  # requests with these parameters: 503
+    slow_query: dict[str, str] = field(default_factory=dict)  # ... these: slow_seconds
     record_calls: bool = False
     max_concurrent: int | None = None  # above this many requests at once: 429 with Retry-After
     over_capacity_retry_after: str | None = None
@@ -97,7 +98,9 @@ def _app(state: ServiceState) -> web.Application:
                 return web.Response(status=503, text="shard down")
             if state.down_query and query and state.down_query.items() <= query.items():
                 return web.Response(status=503, text="down for these parameters")
-            delay = state.slow_seconds if key in state.slow_ids else state.latency
+            slow = key in state.slow_ids
+            slow = slow or bool(state.slow_query and query and state.slow_query.items() <= query.items())
+            delay = state.slow_seconds if slow else state.latency
             if state.jitter:
                 delay += random.random() * state.jitter
             if delay:

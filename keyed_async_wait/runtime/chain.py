@@ -178,6 +178,9 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
             raise ConfigError("release_after", release_after, f"one of the steps: {', '.join(self.names)}")
         self.release_after = release_after
         self._release: Any = None  # the running operator's release(record), when release_after
+        # awaited with (record, progress) after each finished step, before the next starts
+        # (key_ordered_stream's step journal sets it for a task)
+        self.progress_sink: Any = None
         self.batch_size, self.linger = batch_size, float(linger)
         self.fields = {step.name: _fields_of(step) for step in steps}
         self.stats = {step.name: StepStats() for step in steps}
@@ -190,6 +193,7 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_adapters"], state["_batchers"], state["_release"] = None, {}, None
+        state["progress_sink"] = None
         state["stats"] = {name: StepStats() for name in self.names}
         return state
 
@@ -266,6 +270,11 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
             progress.finish(step.name, result)
             if result and view is not record:
                 view.update(result)
+            if self.progress_sink is not None:
+                try:
+                    await self.progress_sink(record, progress)
+                except Exception as exc:  # the step is done (kept in memory); its retry resumes after it
+                    raise StepError(step.name, exc) from exc
             if step.name == self.release_after:
                 self._let_key_go(record)
             index = progress.next_step(self.names)

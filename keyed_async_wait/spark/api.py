@@ -24,6 +24,8 @@ from ..core.exceptions import ConfigError, UnknownSettingError
 from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.settings import check_positive_int, check_seconds
+from ..runtime.chain import Chain
+from .journal import StepJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, partitions
 from .parked import STATE_COLUMN, ParkingPlan
@@ -241,6 +243,7 @@ class AsyncDataStream:
         keep_versions: int = 3,
         replay_rows: int | None = None,
         state_window: int = 16,
+        step_journal: StepJournal | None = None,
         timeout: float | None = None,
         capacity: int | None = None,
         retry: RetryStrategy | None = None,
@@ -275,6 +278,9 @@ class AsyncDataStream:
             Parked rows replayed per micro-batch at most.
         state_window : int
             Micro-batches a segment of state lives before it is compacted.
+        step_journal : StepJournal, optional
+            With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
+            Redis, so a micro-batch re-run after a crash resumes every record at its step.
         key, order_by, num_partitions, df, fn, **options
             As :meth:`key_ordered_wait`.
 
@@ -286,7 +292,8 @@ class AsyncDataStream:
         Raises
         ------
         ConfigError
-            As :meth:`ordered_wait`; also a batch DataFrame, or a column type parquet cannot hold.
+            As :meth:`ordered_wait`; also a batch DataFrame, a column type parquet cannot hold,
+            or a step journal without a chain.
         """
         _no_unknown("key_ordered_stream", unknown)
         options: dict[str, Any] = dict(
@@ -297,7 +304,7 @@ class AsyncDataStream:
             time_cap=time_cap, on_error=on_error, defer=defer, max_defer_age=max_defer_age
         )
         state.update(heartbeat=heartbeat, keep_versions=keep_versions, replay_rows=replay_rows)
-        state.update(state_window=state_window, num_partitions=num_partitions)
+        state.update(state_window=state_window, num_partitions=num_partitions, step_journal=step_journal)
         return _key_ordered_stream(df, fn, key, sink, checkpoint_location, order_by, state, options)
 
 
@@ -373,7 +380,11 @@ def _key_ordered_stream(
     _check_state_types(df.schema)
     if on_error != "fail" and options["error_column"] is None:
         options["error_column"] = "_error"  # failed (or too long deferred) rows come out with their cause
-    parking = ParkingPlan(state["time_cap"], defer_policy(on_error, state["defer"], state["max_defer_age"]))
+    parking = ParkingPlan(
+        state["time_cap"],
+        defer_policy(on_error, state["defer"], state["max_defer_age"]),
+        **_journal_of(fn, state["step_journal"], checkpoint_location),
+    )
     options["key"] = columns[0] if len(columns) == 1 else columns
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
     plan, out, _ = make_plan(  # built once: bad options fail now
@@ -397,6 +408,16 @@ def _key_ordered_stream(
         replay_rows=state["replay_rows"],
         state_window=state["state_window"],
     )
+
+
+def _journal_of(fn: Any, journal: Any, checkpoint: str) -> dict[str, Any]:
+    if journal is None:
+        return {}
+    if not isinstance(journal, StepJournal):
+        raise ConfigError("step_journal", journal, "a StepJournal(url), or None")
+    if not isinstance(fn, Chain):
+        raise ConfigError("step_journal", journal, "None unless fn is a Chain (it journals a chain's steps)")
+    return {"journal": journal, "journal_prefix": journal_prefix(checkpoint)}
 
 
 def _check_state_types(schema: StructType) -> None:

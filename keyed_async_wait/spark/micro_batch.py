@@ -147,6 +147,8 @@ class MicroBatch:
                 spark, self.checkpoint, keep=self.keep, window=self.window, heartbeat=self.heartbeat
             )
         self._store.spark = spark
+        if self.parking.journal is not None and batch_id > 0:  # n - 1 committed: its journal is done
+            self.parking.journal.forget(self.parking.journal_prefix, batch_id - 1)
         previous = self._store.open(batch_id)  # a missing or damaged version fails here: nothing ran
         if self.heartbeat:
             batch = batch.where(~F.col(TICK)).drop(TICK)

@@ -19,6 +19,7 @@ from typing import Any
 from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
+from .journal import StepJournal, TaskJournal
 from .memory import PeakMemory
 from .output import RowSource
 from .plan import Plan
@@ -47,10 +48,12 @@ class ParkingPlan:
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     counts: Any = None  # accumulator: [new, replayed, peak KiB a task added, rows out, rows parked]
     batch_id: int = 0  # the micro-batch: what re-parked rows carry as their seg
+    journal: StepJournal | None = None  # a chain's step journal (spark.journal)
+    journal_prefix: str = ""  # its hash names: <prefix>:<batch_id>
 
 
 def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> ParkedItem:
-    if state.get("progress"):
+    if state.get("progress") and PROGRESS_FIELD not in row:  # the journal's, when it has one, is newer
         row[PROGRESS_FIELD] = state["progress"]
     info = ParkInfo(
         state["attempts"] or 0,
@@ -82,13 +85,15 @@ def _state(item: ParkedItem, seg: int, order: int, max_parallelism: int) -> dict
 class _Intake:
     """The partition as operator chunks: ParkedBatch for parked rows, lists for new ones."""
 
-    def __init__(self, source: RowSource, key_of: Any) -> None:
-        self.source, self.key_of = source, key_of
+    def __init__(self, source: RowSource, key_of: Any, journal: TaskJournal | None = None) -> None:
+        self.source, self.key_of, self.journal = source, key_of, journal
         self.new = self.replayed = 0
 
     def chunks(self, batches: Iterator[Any]) -> Iterator[list[Any]]:
         key_of = self.key_of
         for rows in self.source.chunks(batches):
+            if self.journal is not None:
+                self.journal.load(rows)  # a re-run: resume at the step journaled
             parked: list[ParkedItem] = []
             new: list[dict[str, Any]] = []
             for row in rows:
@@ -116,7 +121,8 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     source = task.source
     key_of = task.op.key_selector
     assert key_of is not None
-    intake = _Intake(source, key_of)
+    journal = _task_journal(plan, parking, task.instance)
+    intake = _Intake(source, key_of, journal)
     cap = task.loop.call_later(parking.time_cap, task.op.hold) if parking.time_cap is not None else None
     parked_out = 0
     try:
@@ -132,10 +138,24 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     finally:
         if cap is not None:
             cap.cancel()
+        if journal is not None:
+            task.instance.progress_sink = None
+            journal.close_sync()
+            task.loop.run_until_complete(journal.aclose())
         task.report()
         if parking.counts is not None:
             growth = memory.growth_kib()
             parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out])
+
+
+def _task_journal(plan: Plan, parking: ParkingPlan, instance: Any) -> TaskJournal | None:
+    """The task's side of the step journal, hooked into the chain (None without one)."""
+    if parking.journal is None:
+        return None
+    columns = [c for c in plan.input_columns if c != STATE_COLUMN]
+    journal = TaskJournal(parking.journal, f"{parking.journal_prefix}:{parking.batch_id}", columns)
+    instance.progress_sink = journal.write
+    return journal
 
 
 def _parked_batch(source: RowSource, items: list[ParkedItem], parking: ParkingPlan) -> Any:

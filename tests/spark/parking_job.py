@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -31,6 +32,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--expect", type=int, required=True)
     parser.add_argument("--time-cap", type=float, default=0.5)
+    parser.add_argument("--journal", help="a Redis URL: run a two-step chain with a step journal")
     args = parser.parse_args()
     spark = (
         SparkSession.builder.master("local[2]")
@@ -48,9 +50,25 @@ def main() -> int:
         .option("maxFilesPerTrigger", 1)
         .json(args.input)
     )
-    lookup = HttpLookup(
+    lookup: Any = HttpLookup(
         args.url + "/users/{user_id}", params={"order": "{order_id}", "seq": "{seq}"}, fields=[Field("name")]
     )
+    journal: dict[str, Any] = {}
+    if args.journal:  # the customer, then the boss by a field of the customer's answer
+        from keyed_async_wait import Chain, Step, StepJournal
+
+        boss = HttpLookup(
+            args.url + "/users/{boss}",
+            params={"step": "boss", "seq": "{seq}"},
+            fields=[Field("boss_name", path="name")],
+        )
+        customer = HttpLookup(
+            args.url + "/users/{user_id}",
+            params={"step": "customer", "seq": "{seq}"},
+            fields=[Field("name"), Field("boss", "int", path="id")],
+        )
+        lookup = Chain(Step("customer", customer), Step("boss", boss))
+        journal = {"step_journal": StepJournal(args.journal)}
 
     def sink(out, batch_id):  # type: ignore[no-untyped-def]
         out = out.withColumn("batch_id", F.lit(batch_id)).withColumn("pos", F.monotonically_increasing_id())
@@ -66,6 +84,7 @@ def main() -> int:
         time_cap=args.time_cap,
         heartbeat=1,
         timeout=10.0,
+        **journal,
     )
     query = stream.start(processingTime="0.5 seconds")
     seen = 0

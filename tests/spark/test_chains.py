@@ -4,7 +4,12 @@ second step's outage resume there: the first step's service sees no repeated cal
 
 from __future__ import annotations
 
-from collections import Counter
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,7 @@ import pytest
 from keyed_async_wait import AsyncDataStream, Chain, ConfigError, DeferPolicy, RetryStrategy, Step
 from lookup import Field, HttpLookup
 
+from ..processes import run_bounded
 from .test_parking_stream import SCHEMA, Sink, write_updates
 
 pytestmark = pytest.mark.spark
@@ -123,3 +129,55 @@ def test_a_chain_registered_for_sql(spark: Any, service: Any) -> None:
     finally:
         spark.sql("RESET `spark.sql.exec.async-lookup.output-mode`")
         spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
+
+
+def test_a_killed_chain_resumes_at_the_step_it_reached(service: Any, redis_url: str, tmp_path: Path) -> None:
+    """SIGKILL of the driver while every key's record waits in the second step; the restart
+    (other shuffle partitions) re-runs the micro-batch from its input: with the step journal,
+    no record whose first step had finished calls the first step again."""
+    url, state = service
+    state.record_calls, state.latency = True, 0.01
+    state.slow_query, state.slow_seconds = {"step": "boss"}, 5.0  # records wait in the second step
+    rows = [(seq, seq % 10, seq % 10 + 100) for seq in range(60)]
+    write_updates(tmp_path / "in", rows)
+    job = Path(__file__).with_name("parking_job.py")
+    args = [
+        sys.executable, str(job), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+        "--checkpoint", str(tmp_path / "cp"), "--url", url, "--expect", "60", "--journal", redis_url,
+        "--time-cap", "60",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    first = subprocess.Popen(
+        [*args, "--partitions", "2"], stdout=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        # ten keys in two tasks (local[2]): ten first steps done, ten second steps waiting
+        while not (state.in_flight >= 10 and state.requests >= 20) and time.monotonic() < deadline:
+            state.started.wait(5)
+            state.started.clear()
+        assert state.in_flight >= 10, (state.in_flight, state.requests)
+        killed = time.monotonic()
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+    state.slow_query = {}
+    second = run_bounded([*args, "--partitions", "5"], env=env, timeout=300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "out").to_pylist()
+    assert sorted(r["seq"] for r in table) == list(range(60))  # every row once
+    assert all(r["boss_name"] == f"user-{r['user_id']}" for r in table)
+    per_key: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for r in table:
+        per_key[r["order_id"]].append((r["batch_id"], r["pos"], r["seq"]))
+    assert all([s for _, _, s in sorted(v)] == sorted(s for _, _, s in v) for v in per_key.values())
+    waiting = {q["seq"] for _, start, _, q in state.calls if q.get("step") == "boss" and start < killed}
+    assert len(waiting) >= 10, waiting  # in their second step when the job died
+    first_calls = Counter(q["seq"] for _, _, _, q in state.calls if q.get("step") == "customer")
+    assert all(first_calls[seq] == 1 for seq in waiting), {seq: first_calls[seq] for seq in waiting}
+    assert sum(first_calls.values()) == 60  # and no other record's first step repeated either
