@@ -71,6 +71,25 @@ class ServiceState:
         self.fail_status, self.fail_count, self.retry_after = None, 0, None
 
 
+def _matches(wanted: dict[str, str], query: dict[str, str] | None) -> bool:
+    return bool(wanted and query and wanted.items() <= query.items())
+
+
+def _fault(state: ServiceState, key: str, query: dict[str, str]) -> web.Response | None:
+    """The injected fault this request gets, if any."""
+    if state.fail_status is not None and state.fail_count != 0:
+        if state.fail_count > 0:
+            state.fail_count -= 1
+        state.faults += 1
+        headers = {"Retry-After": state.retry_after} if state.retry_after else None
+        return web.Response(status=state.fail_status, text="injected fault", headers=headers)
+    if key in state.down_ids:
+        return web.Response(status=503, text="shard down")
+    if _matches(state.down_query, query):
+        return web.Response(status=503, text="down for these parameters")
+    return None
+
+
 def _app(state: ServiceState) -> web.Application:
     async def answer(key: str, payload: Any, query: dict[str, str] | None = None) -> web.Response:
         state.requests += 1
@@ -88,18 +107,10 @@ def _app(state: ServiceState) -> web.Application:
         state.in_flight += 1
         state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         try:
-            if state.fail_status is not None and state.fail_count != 0:
-                if state.fail_count > 0:
-                    state.fail_count -= 1
-                state.faults += 1
-                headers = {"Retry-After": state.retry_after} if state.retry_after else None
-                return web.Response(status=state.fail_status, text="injected fault", headers=headers)
-            if key in state.down_ids:
-                return web.Response(status=503, text="shard down")
-            if state.down_query and query and state.down_query.items() <= query.items():
-                return web.Response(status=503, text="down for these parameters")
-            slow = key in state.slow_ids
-            slow = slow or bool(state.slow_query and query and state.slow_query.items() <= query.items())
+            fault = _fault(state, key, query or {})
+            if fault is not None:
+                return fault
+            slow = key in state.slow_ids or _matches(state.slow_query, query)
             delay = state.slow_seconds if slow else state.latency
             if state.jitter:
                 delay += random.random() * state.jitter
