@@ -20,6 +20,7 @@ from .exceptions import (
     ServiceUnavailableError,
     snippet,
 )
+from .fast_json import loads
 from .fields import Field
 from .http_client import Answer, make_session, send
 from .limits import Limits
@@ -341,7 +342,7 @@ class HttpLookup(Lookup):
                     status=status,
                 )
             try:
-                return json.loads(payload)  # JSON null: the service says there is nothing: a miss
+                return loads(payload)  # JSON null: the service says there is nothing: a miss
             except ValueError as exc:
                 raise BadResponseError(
                     f"answer is not JSON ({exc})",

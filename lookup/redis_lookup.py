@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.parse
 from collections.abc import Hashable, Sequence
@@ -20,6 +19,7 @@ from .exceptions import (
     ServiceUnavailableError,
     WrongTypeError,
 )
+from .fast_json import loads
 from .fields import Field
 from .limits import Limits
 from .template import Template
@@ -126,7 +126,10 @@ class RedisLookup(Lookup):
             kwargs["ssl_ca_certs"] = self.ca_file  # TLS is always verified; this adds a CA bundle
         if password is not None:
             kwargs["password"] = password
-        return aioredis.from_url(self.url, **kwargs)
+        # a blocking pool: with more calls in flight than max_connections, a call waits for a
+        # connection (the operator's timeout bounds it) instead of failing "Too many connections"
+        pool = aioredis.BlockingConnectionPool.from_url(self.url, timeout=None, **kwargs)
+        return aioredis.Redis.from_pool(pool)
 
     async def _close_client(self, client: aioredis.Redis) -> None:
         await client.aclose()
@@ -176,7 +179,7 @@ class RedisLookup(Lookup):
                 raws = await pipe.execute(raise_on_error=False)
         if self.command == "GET" and self.decode == "json":
             try:  # the common case in one comprehension; any oddity takes the careful path
-                return [None if raw is None else json.loads(raw) for raw in raws]
+                return [None if raw is None else loads(raw) for raw in raws]
             except (TypeError, ValueError):
                 pass
         out: list[Any] = []
@@ -198,7 +201,7 @@ class RedisLookup(Lookup):
             if self.decode == "raw":
                 return text
             try:
-                return json.loads(text)
+                return loads(text)
             except ValueError as exc:
                 raise BadResponseError(
                     f"value is not JSON ({exc}); use decode='raw' for plain strings",

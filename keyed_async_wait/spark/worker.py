@@ -11,6 +11,7 @@ import asyncio
 import atexit
 import contextlib
 import logging
+import os
 from collections.abc import Generator
 from typing import Any
 
@@ -31,7 +32,7 @@ class _WorkerLoop:
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self.functions: dict[str, FunctionAdapter] = {}
         atexit.register(self.shutdown)
 
@@ -66,6 +67,20 @@ async def _awaited(awaitable: Any) -> Any:
 
 
 _WORKER: _WorkerLoop | None = None
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop when it is installed (the ``fast`` extra), else asyncio's;
+    ``KAW_EVENT_LOOP=asyncio`` forces asyncio's."""
+    if os.environ.get("KAW_EVENT_LOOP", "auto") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            return loop
+    return asyncio.new_event_loop()
 
 
 def worker_loop() -> _WorkerLoop:

@@ -177,3 +177,13 @@ def test_an_embedded_redis_dies_with_the_process_that_started_it() -> None:
         proc.send_signal(signal.SIGKILL)  # no finally, no context manager exit: a hard death
         proc.wait(30)
         assert wait_exit(server, 20), "redis-server outlived the process that started it"
+
+
+def test_more_calls_in_flight_than_connections_wait_for_one(db: redis.Redis, redis_url: str) -> None:
+    """Capacity 60 over 2 connections, one GET per record: calls wait for a connection (the
+    pool blocks), none fails with 'Too many connections'."""
+    fn = RedisLookup(redis_url, "price:{sku}", fields=[Field("price", "float")], max_connections=2)
+    records = [{"order_id": i, "sku": i % 100} for i in range(200)]
+    pairs = run(lookup_all(fn, records, capacity=60, batch_size=None))
+    assert len(pairs) == 200
+    assert all(results == [{"price": r["sku"] * 1.5}] for r, results in pairs)

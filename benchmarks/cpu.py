@@ -1,0 +1,231 @@
+"""CPU per row of the Python workers, ours against hand-written asyncio with the same client.
+
+    ./run bench cpu [--rows N] [--redis-rows M] [--rounds R] [--paths http,http_batch,...]
+
+Per path, our job and a hand-written ``mapInArrow`` + asyncio equivalent (same client library,
+same concurrency, no ordering, capacity or retries) run interleaved (A B, A B, ...) for R
+rounds, ``local[2]``, output consumed by the ``noop`` sink. Reported, as medians: wall rows/s,
+and the CPU seconds per 1,000 rows of Spark's Python workers (user + system of every
+``pyspark.daemon`` process and the workers it forked, reaped ones included, read with psutil
+before and after the job), with ours over hand-written.
+
+Paths: ``http`` (a GET per row, 20 ms service in its own process, ``key_ordered_wait`` with
+ordering, capacity 200 and retries), ``http_batch`` (POST /users/batch, 100 keys a call),
+``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys), ``sql`` (the SQL scalar function
+against the hand-written HTTP job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import psutil
+from pyspark.sql import DataFrame
+
+from keyed_async_wait import AsyncDataStream
+from lookup import Field, HttpLookup, RedisLookup
+from lookup.embedded import redis_url_or_embedded
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lookup_throughput import service_process
+from spark_throughput import KEYS, RETRY, SQL_SETTINGS, hand_written, local_spark, source
+
+Job = Callable[[], DataFrame]
+
+
+def worker_cpu() -> float:
+    """CPU seconds of Spark's Python workers so far (the daemon, its live and reaped children)."""
+    total = 0.0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if not any("pyspark.daemon" in part or "pyspark.worker" in part for part in cmdline):
+            continue
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def measure(job: Job, rows: int) -> tuple[float, float]:
+    """(rows/s, worker CPU seconds per 1,000 rows) of one run."""
+    cpu, wall = worker_cpu(), time.perf_counter()
+    job().write.format("noop").mode("overwrite").save()
+    wall, cpu = time.perf_counter() - wall, worker_cpu() - cpu
+    return rows / wall, cpu / rows * 1000
+
+
+def hand_http_batch(url: str, chunk: int = 100, concurrency: int = 100) -> Callable[[Any], Any]:
+    def run(batches: Any) -> Any:
+        import asyncio
+
+        import aiohttp
+        import pyarrow as pa
+
+        async def enrich(rows: list[dict]) -> list[dict]:
+            sem = asyncio.Semaphore(concurrency)
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
+                async def one(part: list[dict]) -> list[dict]:
+                    ids = sorted({r["user_id"] for r in part})
+                    async with sem, session.post(f"{url}/users/batch", json=ids) as resp:
+                        data = json.loads(await resp.read())
+                    return [{**r, "name": data[str(r["user_id"])]["name"]} for r in part]
+
+                parts = [rows[i : i + chunk] for i in range(0, len(rows), chunk)]
+                return [r for done in await asyncio.gather(*(one(p) for p in parts)) for r in done]
+
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist(asyncio.run(enrich(batch.to_pylist())))
+
+    return run
+
+
+def hand_redis(redis_url: str, mget: int | None, concurrency: int = 100) -> Callable[[Any], Any]:
+    def run(batches: Any) -> Any:
+        import asyncio
+
+        import pyarrow as pa
+        import redis.asyncio as aredis
+
+        async def enrich(rows: list[dict]) -> list[dict]:
+            client = aredis.Redis.from_url(redis_url, max_connections=concurrency)
+            try:
+                if mget:
+                    out = []
+                    for i in range(0, len(rows), mget):
+                        part = rows[i : i + mget]
+                        values = await client.mget([f"price:{r['user_id']}" for r in part])
+                        out += [
+                            {**r, "price": json.loads(v)["price"]} for r, v in zip(part, values, strict=True)
+                        ]
+                    return out
+                sem = asyncio.Semaphore(concurrency)
+
+                async def one(row: dict) -> dict:
+                    async with sem:
+                        value = await client.get(f"price:{row['user_id']}")
+                    return {**row, "price": json.loads(value)["price"]}
+
+                return await asyncio.gather(*(one(r) for r in rows))
+            finally:
+                await client.aclose()
+
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist(asyncio.run(enrich(batch.to_pylist())))
+
+    return run
+
+
+def pairs(
+    spark: Any, url: str, redis_url: str, rows: int, redis_rows: int
+) -> dict[str, tuple[Job, Job, int]]:
+    """Per path: (ours, hand-written, rows)."""
+    common: dict[str, Any] = {"num_partitions": 2, "timeout": 10.0, "retry": RETRY}
+    users = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
+    batched = HttpLookup(
+        url + "/users/{user_id}", batch_url=url + "/users/batch", fields=[Field("name")], max_connections=200
+    )
+    prices = RedisLookup(redis_url, "price:{user_id}", fields=[Field("price", "float")])
+    http_schema = "seq long, order_id long, user_id long, name string"
+    redis_schema = "seq long, order_id long, user_id long, price double"
+
+    def hand(n: int, fn: Any, schema: str) -> Job:
+        return lambda: source(spark, n).repartition(2).mapInArrow(fn, schema)
+
+    def sql() -> DataFrame:
+        source(spark, rows).repartition(2).createOrReplaceTempView("cpu_orders")
+        return spark.sql("SELECT *, users(user_id) AS u FROM cpu_orders")
+
+    return {
+        "http": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, rows), users, "order_id", capacity=200, **common
+            ),
+            hand(rows, hand_written(url, 100), http_schema),
+            rows,
+        ),
+        "http_batch": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, rows), batched, "order_id", capacity=2000, batch_size=100, **common
+            ),
+            hand(rows, hand_http_batch(url), http_schema),
+            rows,
+        ),
+        "redis": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, redis_rows), prices, "order_id", capacity=200, batch_size=None, **common
+            ),
+            hand(redis_rows, hand_redis(redis_url, None), redis_schema),
+            redis_rows,
+        ),
+        "redis_mget": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, redis_rows), prices, "order_id", capacity=5000, batch_size=500, **common
+            ),
+            hand(redis_rows, hand_redis(redis_url, 500), redis_schema),
+            redis_rows,
+        ),
+        "sql": (sql, hand(rows, hand_written(url, 100), http_schema), rows),
+    }
+
+
+def main() -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--redis-rows", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paths", default="http,http_batch,redis,redis_mget,sql")
+    args = parser.parse_args()
+    spark = local_spark()
+    with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
+        import redis
+
+        import sql_ext
+
+        client = redis.Redis.from_url(redis_url)
+        pipe = client.pipeline(transaction=False)
+        for i in range(KEYS):
+            pipe.set(f"price:{i}", json.dumps({"price": i / 10}))
+        pipe.execute()
+        client.close()
+        sql_ext.install(spark, {"users": HttpLookup(url + "/users/{user_id}", fields=[Field("name")])})
+        for key, value in SQL_SETTINGS.items():
+            spark.conf.set("spark.sql.exec.async-lookup." + key, value)
+        jobs = pairs(spark, url, redis_url, args.rows, args.redis_rows)
+        print(f"local[2], medians of {args.rounds} interleaved rounds; CPU: Spark's Python workers")
+        print(
+            f"  {'path':<11} {'ours rows/s':>12} {'hand rows/s':>12} {'ours CPU':>9} {'hand CPU':>9}"
+            "  CPU ratio"
+        )
+        for path in args.paths.split(","):
+            ours, hand, n = jobs[path]
+            measure(ours, n), measure(hand, n)  # warm up both
+            got: dict[str, list[tuple[float, float]]] = {"ours": [], "hand": []}
+            for _ in range(args.rounds):
+                got["ours"].append(measure(ours, n))
+                got["hand"].append(measure(hand, n))
+            rate = {k: statistics.median(r for r, _ in v) for k, v in got.items()}
+            cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
+            print(
+                f"  {path:<11} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f} {cpu['ours']:>8.3f}s "
+                f"{cpu['hand']:>8.3f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
+                f"   (CPU s per 1,000 rows; {n:,} rows)"
+            )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The JSON decoder for answers: orjson when installed, the same values as the standard
+library whatever the input (orjson refuses NaN and integers wider than 64 bits: those go to the
+standard library), and the standard library's error when neither can decode."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+from lookup import fast_json
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a": 1, "b": [1.5, null, true], "c": "\\u00e9"}',
+        b'{"big": 123456789012345678901234567890, "edge": 18446744073709551616}',
+        b'{"max": 9223372036854775807, "min": -9223372036854775808, "u": 18446744073709551615}',
+        b'{"x": NaN, "y": Infinity}',
+        b"null",
+        '{"s": "text given as str"}',
+    ],
+)
+def test_the_same_values_as_the_standard_library(text: bytes | str) -> None:
+    got = fast_json.loads(text)
+    want = json.loads(text)
+    assert repr(got) == repr(want)  # repr: NaN == NaN, and int vs float told apart
+
+
+def test_an_answer_neither_can_decode_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        fast_json.loads(b"{not json")
+
+
+def test_kaw_json_forces_the_standard_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAW_JSON", "json")
+    forced = importlib.reload(fast_json)
+    try:
+        assert forced.JSON_DECODER == "json" and forced.loads is json.loads
+    finally:
+        monkeypatch.delenv("KAW_JSON")
+        importlib.reload(fast_json)
+    assert fast_json.JSON_DECODER in ("orjson", "json")
