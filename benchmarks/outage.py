@@ -39,6 +39,7 @@ from lookup import Field, HttpLookup, Limits
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process
 from spark_throughput import local_spark
+from throttling import service_stats as stats
 
 SCHEMA = "seq long, order_id long, user_id long"
 
@@ -46,11 +47,6 @@ SCHEMA = "seq long, order_id long, user_id long"
 def post(url: str) -> dict[str, Any]:
     request = urllib.request.Request(url, method="POST")
     with urllib.request.urlopen(request, timeout=10) as answer:
-        return dict(json.loads(answer.read()))
-
-
-def stats(url: str, reset: bool = False) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/stats{'?reset=1' if reset else ''}", timeout=10) as answer:
         return dict(json.loads(answer.read()))
 
 

@@ -191,7 +191,7 @@ class KeyedStream:
     def close(self) -> None:
         """Stop listening to the query's events (Spark Connect; nothing to do on classic)."""
         if self._listener is not None:
-            self.reports  # noqa: B018 - read what the last events announced, while listening
+            self._read_published()  # what the last events announced, while still listening
             self.store.spark.streams.removeListener(self._listener)
             self._listener = None
 
