@@ -9,9 +9,15 @@ and the CPU seconds per 1,000 rows of Spark's Python workers (user + system of e
 ``pyspark.daemon`` process and the workers it forked, reaped ones included, read with psutil
 before and after the job), with ours over hand-written.
 
+``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON), as
+the default install runs; ``--python-gc``: ours with Python's own collector settings
+(``KAW_GC=default``), to see what the tuning gives.
+
 Paths: ``http`` (a GET per row, 20 ms service in its own process, ``key_ordered_wait`` with
-ordering, capacity 200 and retries), ``http_batch`` (POST /users/batch, 100 keys a call),
-``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys), ``sql`` (the SQL scalar function
+ordering and retries, capacity 100 as the hand-written job's 100 concurrent requests),
+``http_batch`` (POST /users/batch, 100 keys a call),
+``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys), ``redis_mget_backlog`` (MGET of
+500, every row its own key, ours with ``backlog=True``: the columnar path), ``sql`` (the SQL scalar function
 against the hand-written HTTP job).
 """
 
@@ -69,6 +75,9 @@ def measure(job: Job, rows: int) -> tuple[float, float]:
 def hand_http_batch(url: str, chunk: int = 100, concurrency: int = 100) -> Callable[[Any], Any]:
     def run(batches: Any) -> Any:
         import asyncio
+        import gc
+
+        gc.set_threshold(700, 10, 10)  # Python's defaults, as in a fresh worker (ours tunes them)
 
         import aiohttp
         import pyarrow as pa
@@ -95,6 +104,9 @@ def hand_http_batch(url: str, chunk: int = 100, concurrency: int = 100) -> Calla
 def hand_redis(redis_url: str, mget: int | None, concurrency: int = 100) -> Callable[[Any], Any]:
     def run(batches: Any) -> Any:
         import asyncio
+        import gc
+
+        gc.set_threshold(700, 10, 10)  # Python's defaults, as in a fresh worker (ours tunes them)
 
         import pyarrow as pa
         import redis.asyncio as aredis
@@ -128,6 +140,28 @@ def hand_redis(redis_url: str, mget: int | None, concurrency: int = 100) -> Call
     return run
 
 
+def seed_prices(redis_url: str, keys: int = KEYS) -> None:
+    """``price:<i>`` for ``keys`` keys, as JSON."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for start in range(0, keys, 10_000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(keys, start + 10_000)):
+            pipe.set(f"price:{i}", json.dumps({"price": i / 10}))
+        pipe.execute()
+    client.close()
+
+
+def distinct_source(spark: Any, n: int) -> DataFrame:
+    """As ``source``, but every row looks up a key of its own (``user_id`` = ``seq``)."""
+    from pyspark.sql import functions as F
+
+    return spark.range(n).select(
+        F.col("id").alias("seq"), (F.col("id") % KEYS).alias("order_id"), F.col("id").alias("user_id")
+    )
+
+
 def pairs(
     spark: Any, url: str, redis_url: str, rows: int, redis_rows: int
 ) -> dict[str, tuple[Job, Job, int]]:
@@ -151,7 +185,7 @@ def pairs(
     return {
         "http": (
             lambda: AsyncDataStream.key_ordered_wait(
-                source(spark, rows), users, "order_id", capacity=200, **common
+                source(spark, rows), users, "order_id", capacity=100, **common
             ),
             hand(rows, hand_written(url, 100), http_schema),
             rows,
@@ -165,7 +199,7 @@ def pairs(
         ),
         "redis": (
             lambda: AsyncDataStream.key_ordered_wait(
-                source(spark, redis_rows), prices, "order_id", capacity=200, batch_size=None, **common
+                source(spark, redis_rows), prices, "order_id", capacity=100, batch_size=None, **common
             ),
             hand(redis_rows, hand_redis(redis_url, None), redis_schema),
             redis_rows,
@@ -175,6 +209,17 @@ def pairs(
                 source(spark, redis_rows), prices, "order_id", capacity=5000, batch_size=500, **common
             ),
             hand(redis_rows, hand_redis(redis_url, 500), redis_schema),
+            redis_rows,
+        ),
+        "redis_mget_backlog": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                distinct_source(spark, redis_rows), prices, "order_id", batch_size=500, backlog=True, **common
+            ),
+            lambda: (
+                distinct_source(spark, redis_rows)
+                .repartition(2)
+                .mapInArrow(hand_redis(redis_url, 500), redis_schema)
+            ),
             redis_rows,
         ),
         "sql": (sql, hand(rows, hand_written(url, 100), http_schema), rows),
@@ -187,27 +232,31 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--redis-rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--paths", default="http,http_batch,redis,redis_mget,sql")
+    parser.add_argument("--paths", default="http,http_batch,redis,redis_mget,redis_mget_backlog,sql")
+    parser.add_argument("--plain", action="store_true", help="ours without the fast extra")
+    parser.add_argument("--python-gc", action="store_true", help="ours with Python's collector settings")
     args = parser.parse_args()
+    # read by the workers, whose environment is fixed when Spark starts
+    if args.plain:
+        os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json")
+    if args.python_gc:
+        os.environ.update(KAW_GC="default")
     spark = local_spark()
     with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
-        import redis
-
         import sql_ext
 
-        client = redis.Redis.from_url(redis_url)
-        pipe = client.pipeline(transaction=False)
-        for i in range(KEYS):
-            pipe.set(f"price:{i}", json.dumps({"price": i / 10}))
-        pipe.execute()
-        client.close()
+        seed_prices(redis_url, max(KEYS, args.redis_rows))
         sql_ext.install(spark, {"users": HttpLookup(url + "/users/{user_id}", fields=[Field("name")])})
-        for key, value in SQL_SETTINGS.items():
+        for key, value in {**SQL_SETTINGS, "buffer-capacity": "100"}.items():  # as the hand-written's
             spark.conf.set("spark.sql.exec.async-lookup." + key, value)
         jobs = pairs(spark, url, redis_url, args.rows, args.redis_rows)
-        print(f"local[2], medians of {args.rounds} interleaved rounds; CPU: Spark's Python workers")
+        kind = "without the fast extra" if args.plain else "with the fast extra (uvloop, orjson)"
+        kind += ", Python's collector settings" if args.python_gc else ", collector tuned"
         print(
-            f"  {'path':<11} {'ours rows/s':>12} {'hand rows/s':>12} {'ours CPU':>9} {'hand CPU':>9}"
+            f"local[2], medians of {args.rounds} interleaved rounds; CPU: Spark's Python workers; ours {kind}"
+        )
+        print(
+            f"  {'path':<19} {'ours rows/s':>12} {'hand rows/s':>12} {'ours CPU':>9} {'hand CPU':>9}"
             "  CPU ratio"
         )
         for path in args.paths.split(","):
@@ -220,7 +269,7 @@ def main() -> None:
             rate = {k: statistics.median(r for r, _ in v) for k, v in got.items()}
             cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
             print(
-                f"  {path:<11} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f} {cpu['ours']:>8.3f}s "
+                f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f} {cpu['ours']:>8.3f}s "
                 f"{cpu['hand']:>8.3f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
                 f"   (CPU s per 1,000 rows; {n:,} rows)"
             )

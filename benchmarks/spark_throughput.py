@@ -86,6 +86,9 @@ def source(spark: SparkSession, n: int) -> DataFrame:
 def hand_written(url: str, concurrency: int = 100) -> Callable[[Any], Any]:
     def run(batches: Any) -> Any:
         import asyncio
+        import gc
+
+        gc.set_threshold(700, 10, 10)  # Python's defaults, as in a fresh worker (ours tunes them)
 
         import aiohttp
         import pyarrow as pa

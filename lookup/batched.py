@@ -92,6 +92,21 @@ class BatchedLookups(LookupParts):
                 out[slot] = value
         return out
 
+    def _mapped_all(self, keys: list[Any], answers: list[Any]) -> list[Any]:
+        """Each answer mapped (as :meth:`_mapped`), a miss or an error left as it is: in one
+        comprehension while no answer fails to map, else one by one so each gets its error."""
+        mapper, service = self.mapper.map, self.service
+        try:
+            return [
+                a if a is None or isinstance(a, BaseException) else [mapper(a, k, service)]
+                for k, a in zip(keys, answers, strict=True)
+            ]
+        except LookupServiceError:
+            return [
+                a if a is None or isinstance(a, BaseException) else self._mapped(a, k)
+                for k, a in zip(keys, answers, strict=True)
+            ]
+
     async def _fetch_distinct(self, keys: list[Any]) -> list[Any] | None:
         """Distinct keys, no cache: one request, answers mapped straight onto the records.
 
@@ -107,10 +122,7 @@ class BatchedLookups(LookupParts):
         if self.mapper.fields is None and self.mapper.result_path is None:
             out = [[a] if a is not None and not isinstance(a, BaseException) else a for a in answers]
         else:
-            out = [
-                a if a is None or isinstance(a, BaseException) else self._mapped(a, k)
-                for k, a in zip(keys, answers, strict=True)
-            ]
+            out = self._mapped_all(keys, answers)
         misses = 0
         for i, value in enumerate(out):
             if value is None:

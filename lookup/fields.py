@@ -18,6 +18,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
     "json": (object,),
 }
+_EXACT: dict[str, type] = {"string": str, "int": int, "float": float, "bool": bool}  # as given
 _ABSENT: Any = object()  # a path that is not in the answer (unlike a JSON null)
 
 SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
@@ -78,6 +79,15 @@ class FieldMapper:
             (f.name, tuple((f.path or f.name).split(".")), f.type, f.required, f.optional)
             for f in self.fields or ()
         ]
+        # the common answer (a dict, top-level fields of exactly the declared type) in one pass;
+        # anything else (nulls, ints for floats, nesting, json, a wrong type) takes the full path
+        self._direct = (
+            [(f.name, f.path or f.name, _EXACT[f.type]) for f in self.fields]
+            if self.fields is not None
+            and not result_path
+            and all(f.type in _EXACT and "." not in (f.path or f.name) for f in self.fields)
+            else None
+        )
 
     def schema_ddl(self) -> str | None:
         if self.fields is None:
@@ -85,6 +95,19 @@ class FieldMapper:
         return ", ".join(f"{f.name} {f.spark_type}" for f in self.fields)
 
     def map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
+        direct = self._direct
+        if direct is not None and type(answer) is dict:
+            out: dict[str, Any] = {}
+            for name, key, kind in direct:
+                found = answer.get(key)
+                if type(found) is not kind:
+                    break
+                out[name] = found
+            else:
+                return out
+        return self._map(answer, lookup_key, service)
+
+    def _map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
         value = (
             _walk(answer, self.result_path, lookup_key, service, self.body_limit)
             if self.result_path

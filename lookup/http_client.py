@@ -10,11 +10,11 @@ become a dot segment that climbs the path.
 
 from __future__ import annotations
 
+import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import yarl
@@ -29,10 +29,12 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _KEPT_ACROSS_ORIGINS = frozenset({"content-type", "accept"})
 # characters left as they are when a rendered URL is re-quoted (reserved ones, and % escapes)
 _URL_SAFE = "/:@!$&'()*+,;=?#[]%~"
+# a character that quote() with _URL_SAFE would change (anything but ASCII letters, digits,
+# "_.-~" and _URL_SAFE)
+_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.\-~/:@!$&'()*+,;=?#\[\]%]")
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     status: int
     headers: Mapping[str, str]
     body: bytes
@@ -54,7 +56,9 @@ def make_session(max_connections: int, request_timeout: float, ca_file: str | No
 
 def wire_url(url: str) -> yarl.URL:
     """The URL as it goes out: non-ASCII and spaces quoted, nothing decoded or normalised."""
-    return yarl.URL(urllib.parse.quote(url, safe=_URL_SAFE), encoded=True)
+    if _NEEDS_QUOTING.search(url) is not None:  # most URLs need none: skip the quoting
+        url = urllib.parse.quote(url, safe=_URL_SAFE)
+    return yarl.URL(url, encoded=True)
 
 
 def _next_hop(method: str, status: int, data: Any) -> tuple[str, Any]:
@@ -70,7 +74,7 @@ async def send(
     *,
     key: Any,
     params: list[tuple[str, str]] | None,
-    headers: dict[str, str],
+    headers: dict[str, str] | None,
     data: Any,
     redactor: Redactor,
     request_timeout: float,
@@ -78,19 +82,21 @@ async def send(
 ) -> Answer:
     """One request, redirects followed; lookup errors (never holding a secret) on failure."""
     target = wire_url(url)
-    origin = target.origin()
+    origin = None  # the first request's, worked out at its first redirect
     try:
         for _ in range(MAX_REDIRECTS + 1):
             async with session.request(
                 method, target, params=params, headers=headers or None, data=data, allow_redirects=False
             ) as response:
-                location = response.headers.get("Location")
-                if response.status not in _REDIRECTS or not location:
+                location = response.headers.get("Location") if response.status in _REDIRECTS else None
+                if not location:
                     return Answer(response.status, response.headers, await response.read())
                 await response.read()
+                origin = origin or target.origin()
                 target = target.join(yarl.URL(location))
             if target.origin() != origin:
-                headers = {k: v for k, v in headers.items() if k.lower() in _KEPT_ACROSS_ORIGINS}
+                kept = (headers or {}).items()
+                headers = {k: v for k, v in kept if k.lower() in _KEPT_ACROSS_ORIGINS}
                 origin = target.origin()  # once dropped, credentials stay dropped
             method, data = _next_hop(method, response.status, data)
             params = None  # the Location carries its own query

@@ -240,6 +240,8 @@ class HttpLookup(Lookup):
             assert self.key is not None
             return self.key.render(record)
         url = self.url.render(record)
+        if not (self.params or self.headers or self.json_body is not None):
+            return url
         params = tuple((k, t.render(record)) for k, t in self.params.items()) or None
         headers = tuple((k, t.render(record)) for k, t in self.headers.items()) or None
         body = None
@@ -301,20 +303,24 @@ class HttpLookup(Lookup):
     async def _request(
         self, method: str, url: str, key: Any, *, params: Any = None, headers: Any = None, data: Any = None
     ) -> tuple[int, Mapping[str, str], bytes]:
-        sent = dict(headers) if headers else {}
-        sent.update((k, v.reveal()) for k, v in self._secret_headers.items())
-        if self._authorization is not None:
-            sent["Authorization"] = self._authorization.reveal()
-        if data is not None:
-            sent.setdefault("Content-Type", "application/json")
-        query = list(params) if params else []
-        query += [(k, v.reveal()) for k, v in self._secret_params]
+        sent: dict[str, str] | None = None
+        if headers or data is not None or self._secret_headers or self._authorization is not None:
+            sent = dict(headers) if headers else {}
+            sent.update((k, v.reveal()) for k, v in self._secret_headers.items())
+            if self._authorization is not None:
+                sent["Authorization"] = self._authorization.reveal()
+            if data is not None:
+                sent.setdefault("Content-Type", "application/json")
+        query = None
+        if params or self._secret_params:
+            query = list(params) if params else []
+            query += [(k, v.reveal()) for k, v in self._secret_params]
         answer: Answer = await send(
             self.client(),
             method,
             url,
             key=key,
-            params=query or None,
+            params=query,
             headers=sent,
             data=data,
             redactor=self._redactor,
@@ -334,7 +340,7 @@ class HttpLookup(Lookup):
         if status in self.miss_statuses:
             return None
         if 200 <= status < 300:
-            if not payload.strip():
+            if not payload or (payload[:1].isspace() and not payload.strip()):
                 raise BadResponseError(
                     f"empty answer; a miss is status {' or '.join(map(str, self.miss_statuses))}",
                     lookup_key=key,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Generator, Hashable
+from collections.abc import Awaitable, Generator, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,11 +58,15 @@ class LookupParts:
             self._gate, self._gate_loop = Gate(self.limits), loop
         return self._gate
 
-    async def _gated(self, call: Any, argument: Any, keys: int, lookup_key: Any) -> Any:
-        """``await call(argument)`` through the gate, when the lookup has limits."""
+    def _gated(self, call: Any, argument: Any, keys: int, lookup_key: Any) -> Awaitable[Any]:
+        """``call(argument)`` to await, through the gate when the lookup has limits (without
+        limits the call itself: no coroutine in between on the hot path)."""
         gate = self.gate()
         if gate is None:
-            return await call(argument)
+            return call(argument)
+        return self._through_gate(gate, call, argument, keys, lookup_key)
+
+    async def _through_gate(self, gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any) -> Any:
         started = await gate.enter(keys, lookup_key, self.service)
         try:
             answer = await call(argument)

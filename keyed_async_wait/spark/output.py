@@ -13,6 +13,7 @@ output (or left parked); a batch is released once every one of its rows has left
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -77,7 +78,7 @@ class RowSource:
         self._rows_in += len(rows)
         if len(self._batches) > _RETAINED:
             self._compact()
-        self._where.update(zip(map(id, rows), ((number, i) for i in range(len(rows))), strict=True))
+        self._where.update(zip(map(id, rows), zip(repeat(number), range(len(rows))), strict=True))
         return rows
 
     def chunks(
@@ -105,8 +106,20 @@ class RowSource:
         errors: list[Any] = []
         states: list[Any] = []
         where, done = self._where, []
+        allowed = self._allowed
         for n, item in enumerate(chunk):
             extra = state[n] if state is not None else None
+            if extra is None and type(item) is tuple and not self._positions:
+                # the common output: one result, a dict of exactly the result columns
+                record, found = item
+                if len(found) == 1 and type(result := found[0]) is dict and result.keys() == allowed:
+                    position = where.pop(id(record))
+                    done.append(position[0])
+                    positions.append(position)
+                    results.append(result)
+                    errors.append(None)
+                    states.append(None)
+                    continue
             if isinstance(item, FailedRecord):
                 position = where.pop(id(item.record))
                 if self._positions:

@@ -1,0 +1,208 @@
+"""One Spark task's Python work in this process, ours against hand-written, with a profile.
+
+    ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget|redis_mget_backlog]
+                            [--rounds R] [--profile ours|hand] [--top K] [--only ours|hand]
+                            [--cycles]
+
+What ``benchmarks/cpu.py`` measures inside Spark's workers, without Spark around it: the
+``mapInArrow`` function of our ``key_ordered_wait`` (taken from the DataFrame call as Spark
+would get it) and the hand-written one are run here on the same Arrow batches (10,000 rows
+each, as Spark's ``maxRecordsPerBatch``), and their CPU time (this thread's) per 1,000 rows is
+printed, interleaved, medians. The service runs in its own process, so the time is the client's.
+``--profile`` runs one side under cProfile and prints the top functions by own time: this is
+the tool for finding what our task pays that a hand-written loop does not. Per side it also
+prints the garbage collections per task and their CPU time by generation; ``--cycles`` counts
+the objects a task leaves in reference cycles; ``KAW_GC=default`` in the environment runs ours
+without its collector tuning; ``--only`` runs one side, for a sampling profiler around the script
+(``py-spy record -- .venv/bin/python benchmarks/cpu_profile.py --only ours``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cpu import hand_http_batch, hand_redis, seed_prices
+from spark_throughput import KEYS, RETRY, hand_written, local_spark, source
+
+from keyed_async_wait import AsyncDataStream
+from lookup import Field, HttpLookup, RedisLookup
+from lookup.embedded import redis_url_or_embedded
+
+TaskFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def task_function(df: Any, build: Callable[[], Any]) -> TaskFn:
+    """The function our wait hands to ``mapInArrow`` (captured, not run by Spark)."""
+    DataFrame = type(df)  # the session's DataFrame class (classic or Connect)
+    got: list[TaskFn] = []
+    original = DataFrame.mapInArrow
+
+    def capture(self: Any, fn: TaskFn, schema: Any, *args: Any, **kwargs: Any) -> Any:
+        got.append(fn)
+        return original(self, fn, schema, *args, **kwargs)
+
+    DataFrame.mapInArrow = capture  # type: ignore[method-assign]
+    try:
+        build()
+    finally:
+        DataFrame.mapInArrow = original  # type: ignore[method-assign]
+    return got[0]
+
+
+def input_batches(rows: int, size: int = 10_000) -> list[pa.RecordBatch]:
+    seq = list(range(rows))
+    keys = [i % KEYS for i in seq]
+    table = pa.table({"seq": seq, "order_id": keys, "user_id": keys}, schema=schema_of())
+    return table.to_batches(max_chunksize=size)
+
+
+def schema_of() -> pa.Schema:
+    return pa.schema([("seq", pa.int64()), ("order_id", pa.int64()), ("user_id", pa.int64())])
+
+
+class GcClock:
+    """Collections per generation and their CPU seconds, while installed."""
+
+    def __init__(self) -> None:
+        self.counts = [0, 0, 0]
+        self.by_generation = [0.0, 0.0, 0.0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.thread_time()
+        else:
+            self.counts[info["generation"]] += 1
+            self.by_generation[info["generation"]] += time.thread_time() - self._start
+
+
+def run_once(fn: TaskFn, batches: list[pa.RecordBatch], clock: GcClock | None = None) -> tuple[float, int]:
+    """(CPU seconds of this thread, rows out) of one task."""
+    import gc
+
+    if clock is not None:
+        gc.callbacks.append(clock)
+    try:
+        start = time.thread_time()
+        out = sum(b.num_rows for b in fn(iter(batches)))
+        return time.thread_time() - start, out
+    finally:
+        if clock is not None:
+            gc.callbacks.remove(clock)
+
+
+def cycles(ours: TaskFn, hand: TaskFn, batches: list[pa.RecordBatch]) -> None:
+    """Per side, the objects one task leaves in reference cycles (only the collector frees them),
+    by type."""
+    import collections
+    import gc
+
+    for name, fn in (("ours", ours), ("hand", hand)):
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            run_once(fn, batches)
+            gc.collect()
+            kinds = collections.Counter(type(o).__qualname__ for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        print(f"  {name}: {sum(kinds.values()):,} objects in cycles; {kinds.most_common(12)}")
+
+
+def main() -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--path", default="http")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", choices=["ours", "hand"], default=None)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--only", choices=["ours", "hand"], default=None, help="run one side (for py-spy)")
+    parser.add_argument("--cycles", action="store_true", help="count the objects left in cycles")
+    args = parser.parse_args()
+    spark = local_spark()
+    from lookup_throughput import service_process
+
+    with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
+        seed_prices(redis_url)
+        common: dict[str, Any] = {"num_partitions": 2, "timeout": 10.0, "retry": RETRY}
+        users = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
+        batched = HttpLookup(
+            url + "/users/{user_id}",
+            batch_url=url + "/users/batch",
+            fields=[Field("name")],
+            max_connections=200,
+        )
+        prices = RedisLookup(redis_url, "price:{user_id}", fields=[Field("price", "float")])
+        df = source(spark, args.rows)
+        kow = AsyncDataStream.key_ordered_wait
+        jobs: dict[str, tuple[Callable[[], Any], TaskFn]] = {
+            "http": (lambda: kow(df, users, "order_id", capacity=100, **common), hand_written(url, 100)),
+            "http_batch": (
+                lambda: kow(df, batched, "order_id", capacity=2000, batch_size=100, **common),
+                hand_http_batch(url),
+            ),
+            "redis": (
+                lambda: kow(df, prices, "order_id", capacity=100, batch_size=None, **common),
+                hand_redis(redis_url, None),
+            ),
+            "redis_mget": (
+                lambda: kow(df, prices, "order_id", capacity=5000, batch_size=500, **common),
+                hand_redis(redis_url, 500),
+            ),
+            "redis_mget_backlog": (
+                lambda: kow(df, prices, "order_id", batch_size=500, backlog=True, **common),
+                hand_redis(redis_url, 500),
+            ),
+        }
+        build, hand = jobs[args.path]
+        ours = task_function(df, build)
+        batches = input_batches(args.rows)
+        for fn in (ours, hand):  # warm up: the worker's loop, clients and connections
+            run_once(fn, batches)
+        if args.cycles:
+            cycles(ours, hand, batches)
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(run_once, ours if args.profile == "ours" else hand, batches)
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+        got: dict[str, list[float]] = {"ours": [], "hand": []}
+        clocks = {"ours": GcClock(), "hand": GcClock()}
+        for _ in range(args.rounds):
+            for name, fn in (("ours", ours), ("hand", hand)):
+                if args.only not in (None, name):
+                    got[name].append(1.0)
+                    continue
+                cpu, out = run_once(fn, batches, clocks[name])
+                assert out == args.rows, (name, out)
+                got[name].append(cpu / args.rows * 1000)
+        med = {k: statistics.median(v) for k, v in got.items()}
+        print(
+            f"{args.path}: {args.rows:,} rows, CPU s per 1,000 rows (medians of {args.rounds}): "
+            f"ours {med['ours']:.4f}  hand {med['hand']:.4f}  ratio {med['ours'] / med['hand']:.2f}x"
+        )
+        for name, clock in clocks.items():
+            print(
+                f"  {name}: garbage collections per task {[c / args.rounds for c in clock.counts]}, "
+                f"ms CPU per task by generation "
+                f"{[round(s / args.rounds * 1000, 1) for s in clock.by_generation]}"
+            )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The declared fields' one-pass mapping gives what the full mapping gives, or the same error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lookup import Field
+from lookup.exceptions import BadResponseError
+from lookup.fields import FieldMapper
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    max_leaves=4,
+)
+NAMES = st.sampled_from(["a", "b", "c"])
+FIELDS = st.lists(
+    st.builds(
+        Field,
+        name=NAMES,
+        type=st.sampled_from(["string", "int", "float", "bool", "json"]),
+        path=st.one_of(st.none(), st.sampled_from(["a", "b", "c.d", "0"])),
+        required=st.booleans(),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda f: f.name,
+)
+ANSWERS = st.one_of(st.dictionaries(st.sampled_from(["a", "b", "c", "d", "x"]), VALUES, max_size=4), VALUES)
+
+
+def outcome(call: Any) -> Any:
+    try:
+        return ("value", call())
+    except BadResponseError as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=400)
+@given(FIELDS, ANSWERS)
+def test_direct_mapping_equals_the_full_one(fields: list[Field], answer: Any) -> None:
+    mapper = FieldMapper(fields)
+    direct = outcome(lambda: mapper.map(answer, "k1", "svc"))
+    full = outcome(lambda: mapper._map(answer, "k1", "svc"))
+    assert direct == full
+    if direct[0] == "value":
+        assert all(type(a) is type(b) for a, b in zip(direct[1].values(), full[1].values(), strict=True))
+
+
+def test_an_int_for_a_float_field_is_converted_and_a_bool_for_an_int_is_refused() -> None:
+    mapper = FieldMapper([Field("price", "float"), Field("n", "int")])
+    assert mapper.map({"price": 3, "n": 2}, "k", "svc") == {"price": 3.0, "n": 2}
+    assert type(mapper.map({"price": 3, "n": 2}, "k", "svc")["price"]) is float
+    try:
+        mapper.map({"price": 1.5, "n": True}, "k", "svc")
+    except BadResponseError as exc:
+        assert "field 'n' should be int" in str(exc)
+    else:
+        raise AssertionError("a bool passed as an int")
