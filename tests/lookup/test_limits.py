@@ -57,9 +57,15 @@ def test_a_rate_limit_holds_for_every_window_of_calls(service: Any) -> None:
     run(lookup_all(users(url, Limits(rate=rate, burst=burst)), records(120)))
     starts = sorted(start for _, start, _, _ in state.calls)
     assert len(starts) == 120
-    for i, first in enumerate(starts):  # any window of calls: at most burst + rate * T (+ scheduling)
+    # any window of calls: at most burst + rate * T. The times are the service's, taken when each
+    # request reaches its handler: 25 ms for that (both ends of a window) and for scheduling
+    # (measured once: 101 calls in 470 ms, where the limiter's own clock allows them in 480 ms).
+    slack = 0.025
+    for i, first in enumerate(starts):
         for j in range(i, len(starts)):
-            assert j - i + 1 <= burst + rate * (starts[j] - first) + 2
+            assert j - i + 1 <= burst + rate * (starts[j] - first + slack)
+    # and the limit is not loose: 120 calls need (120 - burst) / rate seconds at least
+    assert starts[-1] - starts[0] >= (120 - burst) / rate - slack
 
 
 def test_retry_after_pauses_the_whole_lookup(service: Any) -> None:
