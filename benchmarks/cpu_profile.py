@@ -1,6 +1,6 @@
 """One Spark task's Python work in this process, ours against hand-written, with a profile.
 
-    ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget|redis_mget_backlog]
+    ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget]
                             [--rounds R] [--profile ours|hand] [--top K] [--only ours|hand]
                             [--cycles]
 
@@ -11,7 +11,7 @@ each, as Spark's ``maxRecordsPerBatch``), and their CPU time (this thread's) per
 printed, interleaved, medians. The service runs in its own process, so the time is the client's.
 ``--profile`` runs one side under cProfile and prints the top functions by own time: this is
 the tool for finding what our task pays that a hand-written loop does not. Per side it also
-prints the garbage collections per task and their CPU time by generation; ``--cycles`` counts
+prints the garbage collections per task (young/middle/full) and their time; ``--cycles`` counts
 the objects a task leaves in reference cycles; ``KAW_GC=default`` in the environment runs ours
 without its collector tuning; ``--only`` runs one side, for a sampling profiler around the script
 (``py-spy record -- .venv/bin/python benchmarks/cpu_profile.py --only ours``).
@@ -36,6 +36,7 @@ from cpu import hand_http_batch, hand_redis, seed_prices
 from spark_throughput import KEYS, RETRY, hand_written, local_spark, source
 
 from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.spark.worker import CollectorWatch
 from lookup import Field, HttpLookup, RedisLookup
 from lookup.embedded import redis_url_or_embedded
 
@@ -71,35 +72,11 @@ def schema_of() -> pa.Schema:
     return pa.schema([("seq", pa.int64()), ("order_id", pa.int64()), ("user_id", pa.int64())])
 
 
-class GcClock:
-    """Collections per generation and their CPU seconds, while installed."""
-
-    def __init__(self) -> None:
-        self.counts = [0, 0, 0]
-        self.by_generation = [0.0, 0.0, 0.0]
-        self._start = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._start = time.thread_time()
-        else:
-            self.counts[info["generation"]] += 1
-            self.by_generation[info["generation"]] += time.thread_time() - self._start
-
-
-def run_once(fn: TaskFn, batches: list[pa.RecordBatch], clock: GcClock | None = None) -> tuple[float, int]:
+def run_once(fn: TaskFn, batches: list[pa.RecordBatch]) -> tuple[float, int]:
     """(CPU seconds of this thread, rows out) of one task."""
-    import gc
-
-    if clock is not None:
-        gc.callbacks.append(clock)
-    try:
-        start = time.thread_time()
-        out = sum(b.num_rows for b in fn(iter(batches)))
-        return time.thread_time() - start, out
-    finally:
-        if clock is not None:
-            gc.callbacks.remove(clock)
+    start = time.thread_time()
+    out = sum(b.num_rows for b in fn(iter(batches)))
+    return time.thread_time() - start, out
 
 
 def cycles(ours: TaskFn, hand: TaskFn, batches: list[pa.RecordBatch]) -> None:
@@ -164,10 +141,6 @@ def main() -> None:
                 lambda: kow(df, prices, "order_id", capacity=5000, batch_size=500, **common),
                 hand_redis(redis_url, 500),
             ),
-            "redis_mget_backlog": (
-                lambda: kow(df, prices, "order_id", batch_size=500, backlog=True, **common),
-                hand_redis(redis_url, 500),
-            ),
         }
         build, hand = jobs[args.path]
         ours = task_function(df, build)
@@ -181,13 +154,18 @@ def main() -> None:
             profile.runcall(run_once, ours if args.profile == "ours" else hand, batches)
             pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
         got: dict[str, list[float]] = {"ours": [], "hand": []}
-        clocks = {"ours": GcClock(), "hand": GcClock()}
+        watch = CollectorWatch()  # the workers' own count of collections
+        collected = {"ours": [0.0] * 4, "hand": [0.0] * 4}
         for _ in range(args.rounds):
             for name, fn in (("ours", ours), ("hand", hand)):
                 if args.only not in (None, name):
                     got[name].append(1.0)
                     continue
-                cpu, out = run_once(fn, batches, clocks[name])
+                before = watch.sample()
+                cpu, out = run_once(fn, batches)
+                collected[name] = [
+                    t + a - b for t, a, b in zip(collected[name], watch.sample(), before, strict=True)
+                ]
                 assert out == args.rows, (name, out)
                 got[name].append(cpu / args.rows * 1000)
         med = {k: statistics.median(v) for k, v in got.items()}
@@ -195,11 +173,12 @@ def main() -> None:
             f"{args.path}: {args.rows:,} rows, CPU s per 1,000 rows (medians of {args.rounds}): "
             f"ours {med['ours']:.4f}  hand {med['hand']:.4f}  ratio {med['ours'] / med['hand']:.2f}x"
         )
-        for name, clock in clocks.items():
+        watch.close()
+        for name, (young, middle, full, seconds) in collected.items():
             print(
-                f"  {name}: garbage collections per task {[c / args.rounds for c in clock.counts]}, "
-                f"ms CPU per task by generation "
-                f"{[round(s / args.rounds * 1000, 1) for s in clock.by_generation]}"
+                f"  {name}: garbage collections per task (young/middle/full) "
+                f"{young / args.rounds:.1f}/{middle / args.rounds:.1f}/{full / args.rounds:.1f}, "
+                f"{seconds / args.rounds * 1000:.1f} ms"
             )
     spark.stop()
 

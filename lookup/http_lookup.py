@@ -247,8 +247,6 @@ class HttpLookup(Lookup):
         body = None
         if self.json_body is not None:
             body = json.dumps(_render_json(self.json_body, record, self._json_templates), sort_keys=True)
-        if params is None and headers is None and body is None:
-            return url
         return (url, params, headers, body)
 
     def _request_keys_fast(self, records: list[Any]) -> list[Any]:
