@@ -9,12 +9,15 @@ and the CPU seconds per 1,000 rows of Spark's Python workers (user + system of e
 ``pyspark.daemon`` process and the workers it forked, reaped ones included, read with psutil
 before and after the job), with ours over hand-written.
 
-``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON), as
+``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON,
+the lean HTTP client with its Python parser), as
 the default install runs; ``--python-gc``: ours with Python's own collector settings
-(``KAW_GC=default``), to see what the tuning gives.
+(``KAW_GC=default``), to see what the tuning gives; ``--aiohttp``: ours with aiohttp's client
+instead of the lean one (``KAW_HTTP=aiohttp``).
 
 Paths: ``http`` (a GET per row, 20 ms service in its own process, ``key_ordered_wait`` with
 ordering and retries, capacity 100 as the hand-written job's 100 concurrent requests),
+``http_200`` (the same, 200 in flight in each),
 ``http_batch`` (POST /users/batch, 100 keys a call),
 ``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys), ``redis_mget_backlog`` (MGET of
 500, every row its own key, ours with ``backlog=True``: the columnar path), ``sql`` (the SQL scalar function
@@ -190,6 +193,13 @@ def pairs(
             hand(rows, hand_written(url, 100), http_schema),
             rows,
         ),
+        "http_200": (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, rows), users, "order_id", capacity=200, **common
+            ),
+            hand(rows, hand_written(url, 200), http_schema),
+            rows,
+        ),
         "http_batch": (
             lambda: AsyncDataStream.key_ordered_wait(
                 source(spark, rows), batched, "order_id", capacity=2000, batch_size=100, **common
@@ -235,10 +245,15 @@ def main() -> None:
     parser.add_argument("--paths", default="http,http_batch,redis,redis_mget,redis_mget_backlog,sql")
     parser.add_argument("--plain", action="store_true", help="ours without the fast extra")
     parser.add_argument("--python-gc", action="store_true", help="ours with Python's collector settings")
+    parser.add_argument(
+        "--aiohttp", action="store_true", help="ours with aiohttp's client (KAW_HTTP=aiohttp)"
+    )
     args = parser.parse_args()
     # read by the workers, whose environment is fixed when Spark starts
     if args.plain:
-        os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json")
+        os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json", KAW_HTTP="python")
+    if args.aiohttp:
+        os.environ.update(KAW_HTTP="aiohttp")
     if args.python_gc:
         os.environ.update(KAW_GC="default")
     spark = local_spark()
@@ -250,14 +265,15 @@ def main() -> None:
         for key, value in {**SQL_SETTINGS, "buffer-capacity": "100"}.items():  # as the hand-written's
             spark.conf.set("spark.sql.exec.async-lookup." + key, value)
         jobs = pairs(spark, url, redis_url, args.rows, args.redis_rows)
-        kind = "without the fast extra" if args.plain else "with the fast extra (uvloop, orjson)"
+        kind = "without the fast extra" if args.plain else "with the fast extra (uvloop, orjson, httptools)"
         kind += ", Python's collector settings" if args.python_gc else ", collector tuned"
+        kind += ", aiohttp's client" if args.aiohttp else ""
         print(
             f"local[2], medians of {args.rounds} interleaved rounds; CPU: Spark's Python workers; ours {kind}"
         )
         print(
-            f"  {'path':<19} {'ours rows/s':>12} {'hand rows/s':>12} {'ours CPU':>9} {'hand CPU':>9}"
-            "  CPU ratio"
+            f"  {'path':<19} {'ours rows/s':>12} {'hand rows/s':>12} {'rows/s ratio':>12}"
+            f" {'ours CPU':>9} {'hand CPU':>9}  CPU ratio"
         )
         for path in args.paths.split(","):
             ours, hand, n = jobs[path]
@@ -269,7 +285,8 @@ def main() -> None:
             rate = {k: statistics.median(r for r, _ in v) for k, v in got.items()}
             cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
             print(
-                f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f} {cpu['ours']:>8.3f}s "
+                f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f}"
+                f" {rate['ours'] / rate['hand']:>11.2f}x {cpu['ours']:>8.3f}s "
                 f"{cpu['hand']:>8.3f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
                 f"   (CPU s per 1,000 rows; {n:,} rows)"
             )

@@ -1,4 +1,4 @@
-"""The wire side of :class:`HttpLookup`: sessions, requests, redirects, and error conversion.
+"""The wire side of :class:`HttpLookup`: which client, redirects, and error conversion.
 
 Redirects are followed here, not by aiohttp, so that credentials never travel to another
 origin: when a redirect leaves the origin of the request (scheme, host or port differ), the
@@ -10,21 +10,33 @@ become a dot segment that climbs the path.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
 import yarl
 
 from .exceptions import BadResponseError, CertificateError, LookupTimeoutError, ServiceUnavailableError
+from .http_wire import Answer, Transport
 from .secrets import Redactor
 
-__all__ = ["MAX_REDIRECTS", "Answer", "make_session", "send"]
+__all__ = [
+    "HTTP_CLIENTS",
+    "MAX_REDIRECTS",
+    "AiohttpTransport",
+    "Answer",
+    "http_client_setting",
+    "make_transport",
+    "send",
+]
 
 MAX_REDIRECTS = 10
+HTTP_CLIENTS = ("auto", "httptools", "python", "aiohttp")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _KEPT_ACROSS_ORIGINS = frozenset({"content-type", "accept"})
 # characters left as they are when a rendered URL is re-quoted (reserved ones, and % escapes)
@@ -34,10 +46,53 @@ _URL_SAFE = "/:@!$&'()*+,;=?#[]%~"
 _NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.\-~/:@!$&'()*+,;=?#\[\]%]")
 
 
-class Answer(NamedTuple):
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
+def http_client_setting() -> str:
+    """``KAW_HTTP``: ``auto`` (the lean client, with httptools' parser when it is installed),
+    ``httptools`` or ``python`` (the lean client with that parser), or ``aiohttp``."""
+    value = os.environ.get("KAW_HTTP", "auto").strip().lower() or "auto"
+    if value not in HTTP_CLIENTS:
+        raise ValueError(f"KAW_HTTP={value!r}; allowed: {', '.join(HTTP_CLIENTS)}")
+    return value
+
+
+def make_transport(
+    method: str, max_connections: int, request_timeout: float, ca_file: str | None
+) -> Transport:
+    """The client of the running loop: the lean one (:mod:`.http_lean`) with httptools' parser
+    when it is installed (the ``fast`` extra), else with the Python one; aiohttp for HEAD (the
+    parsers cannot frame a HEAD answer) or when ``KAW_HTTP=aiohttp``."""
+    setting = http_client_setting()
+    if setting == "aiohttp" or method == "HEAD":
+        return AiohttpTransport(max_connections, request_timeout, ca_file)
+    from .http_lean import LeanTransport
+
+    parser = setting
+    if setting == "auto":
+        parser = "httptools" if importlib.util.find_spec("httptools") is not None else "python"
+    return LeanTransport(max_connections, request_timeout, ca_file, parser)
+
+
+class AiohttpTransport:
+    """One request through an aiohttp session (redirects not followed: the caller does)."""
+
+    def __init__(self, max_connections: int, request_timeout: float, ca_file: str | None) -> None:
+        self.session = make_session(max_connections, request_timeout, ca_file)
+
+    async def request(
+        self,
+        method: str,
+        url: yarl.URL,
+        params: list[tuple[str, str]] | None,
+        headers: Mapping[str, str] | None,
+        data: Any,
+    ) -> Answer:
+        async with self.session.request(
+            method, url, params=params, headers=headers or None, data=data, allow_redirects=False
+        ) as response:
+            return Answer(response.status, response.headers, await response.read())
+
+    async def aclose(self) -> None:
+        await self.session.close()
 
 
 def make_session(max_connections: int, request_timeout: float, ca_file: str | None) -> aiohttp.ClientSession:
@@ -68,7 +123,7 @@ def _next_hop(method: str, status: int, data: Any) -> tuple[str, Any]:
 
 
 async def send(
-    session: aiohttp.ClientSession,
+    transport: Transport,
     method: str,
     url: str,
     *,
@@ -85,20 +140,17 @@ async def send(
     origin = None  # the first request's, worked out at its first redirect
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            async with session.request(
-                method, target, params=params, headers=headers or None, data=data, allow_redirects=False
-            ) as response:
-                location = response.headers.get("Location") if response.status in _REDIRECTS else None
-                if not location:
-                    return Answer(response.status, response.headers, await response.read())
-                await response.read()
-                origin = origin or target.origin()
-                target = target.join(yarl.URL(location))
+            answer = await transport.request(method, target, params, headers, data)
+            location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
+            if not location:
+                return answer
+            origin = origin or target.origin()
+            target = target.join(yarl.URL(location))
             if target.origin() != origin:
                 kept = (headers or {}).items()
                 headers = {k: v for k, v in kept if k.lower() in _KEPT_ACROSS_ORIGINS}
                 origin = target.origin()  # once dropped, credentials stay dropped
-            method, data = _next_hop(method, response.status, data)
+            method, data = _next_hop(method, answer.status, data)
             params = None  # the Location carries its own query
     except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
         error: Exception = LookupTimeoutError(
@@ -109,7 +161,7 @@ async def send(
         message = f"TLS certificate not trusted ({type(exc).__name__}: {exc}); give ca_file= for a private CA"
         error = CertificateError(redactor.redact(message), lookup_key=key, service=service)
         raise error from _cause(error, exc, redactor)
-    except aiohttp.ClientError as exc:
+    except (aiohttp.ClientError, OSError) as exc:  # OSError: refused, reset, the lean client's WireError
         message = redactor.redact(f"{type(exc).__name__}: {exc}")
         error = ServiceUnavailableError(message, lookup_key=key, service=service)
         raise error from _cause(error, exc, redactor)

@@ -1,4 +1,5 @@
-"""HttpLookup: an async HTTP lookup per record, or per batch, on aiohttp."""
+"""HttpLookup: an async HTTP lookup per record, or per batch (aiohttp, or the lean client on
+httptools when it is installed)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import json
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
-
-import aiohttp
 
 from .base import Lookup
 from .cache import PartialCache
@@ -22,7 +21,8 @@ from .exceptions import (
 )
 from .fast_json import loads
 from .fields import Field
-from .http_client import Answer, make_session, send
+from .http_client import http_client_setting, make_transport, send
+from .http_wire import Answer, Transport
 from .limits import Limits
 from .secrets import Redactor, Secret, split_userinfo
 from .template import Template
@@ -182,6 +182,7 @@ class HttpLookup(Lookup):
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.ca_file = ca_file
+        http_client_setting()  # a wrong KAW_HTTP fails here, not in a worker
         self._json_templates: dict[str, Template] = {}
         self._authorization = self._authorization_header()
         self._redactor = Redactor(self._secret_texts())
@@ -227,11 +228,11 @@ class HttpLookup(Lookup):
 
     # ------------------------------------------------------------------ client
 
-    def _make_client(self) -> aiohttp.ClientSession:
-        return make_session(self.max_connections, self.request_timeout, self.ca_file)
+    def _make_client(self) -> Transport:
+        return make_transport(self.method, self.max_connections, self.request_timeout, self.ca_file)
 
-    async def _close_client(self, client: aiohttp.ClientSession) -> None:
-        await client.close()
+    async def _close_client(self, client: Transport) -> None:
+        await client.aclose()
 
     # ------------------------------------------------------------------ requests
 

@@ -23,6 +23,8 @@ from lookup.service import free_port, profile_of
 
 from ..core.helpers import run
 
+pytestmark = pytest.mark.usefixtures("http_client")  # each test once per HTTP client
+
 FIELDS = [Field("name"), Field("tier"), Field("score", "float"), Field("city", "string", "address.city")]
 
 
@@ -206,17 +208,13 @@ def test_cache_serves_repeats_without_requests(service: Any) -> None:
     assert fn.stats.cache_hits >= 10
 
 
-def test_connection_limit_is_sized_not_aiohttps_default() -> None:
-    fn = HttpLookup("http://127.0.0.1:1/u/{id}", max_connections=500)
-
-    async def limit() -> int:
-        session = fn.client()
-        try:
-            return session.connector.limit  # type: ignore[union-attr]
-        finally:
-            await fn.aclose()
-
-    assert run(limit()) == 500
+def test_connection_limit_is_sized_not_aiohttps_default(service: Any) -> None:
+    url, state = service
+    state.latency = 0.02
+    fn = HttpLookup(f"{url}/users/{{user_id}}", max_connections=3, fields=FIELDS)
+    pairs = run(lookup_all(fn, orders(24, users=24)))
+    assert len(pairs) == 24 and all(results for _, results in pairs)
+    assert state.peak_in_flight == 3  # the limit, and reached: 24 records were ready at once
 
 
 def test_pickling_never_carries_a_live_session(service: Any) -> None:

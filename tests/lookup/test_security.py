@@ -21,6 +21,8 @@ from lookup import CertificateError, Field, HttpLookup, RedisLookup, Secret
 
 from ..core.helpers import run
 
+pytestmark = pytest.mark.usefixtures("http_client")  # each test once per HTTP client
+
 SECRETS = ("s3cr3t-token", "b4sic-pw", "k3y-in-header", "t0k-in-query")
 
 
@@ -148,6 +150,16 @@ def test_a_dot_segment_value_stays_a_name(service: Any) -> None:
     pairs = run(lookup_all(fn, [{"order_id": 1, "user_id": ".."}, {"order_id": 2, "user_id": "../../x"}]))
     assert [results for _, results in pairs] == [[], []]  # misses of users named so, not other paths
     assert sorted(key for key, _, _, _ in state.calls) == ["..", "../../x"]
+
+
+def test_a_line_break_in_a_header_value_cannot_add_a_header(httpserver: HTTPServer) -> None:
+    httpserver.expect_request("/u").respond_with_json({"name": "x"})
+    fn = HttpLookup(httpserver.url_for("/u"), headers={"X-Id": "{user_id}"}, key="{user_id}")
+    records = [{"order_id": 1, "user_id": "1\r\nX-Evil: yes"}, {"order_id": 2, "user_id": "2\nX-Evil: yes"}]
+    with pytest.raises((RecordFailedError, ValueError)) as failure:
+        run(lookup_all(fn, records))
+    assert "X-Id" in str(failure.value) or "header" in str(failure.value).lower()
+    assert all("X-Evil" not in request.headers for request, _ in httpserver.log)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+"""The narrow interface between :class:`HttpLookup` and an HTTP client: one request, one
+:class:`Answer`, and ``aclose()``. Two clients implement it: aiohttp (``http_client``) and
+the lean HTTP/1.1 client on httptools (``http_lean``). A transport sends exactly one request
+(redirects are the caller's) and raises ``TimeoutError``, ``ssl.SSLError``, ``OSError`` or
+the client's own errors; the caller turns them into lookup errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
+
+import yarl
+
+__all__ = ["Answer", "Transport"]
+
+
+class Answer(NamedTuple):
+    status: int
+    headers: Mapping[str, str]  # case-insensitive
+    body: bytes
+
+
+class Transport(Protocol):
+    async def request(
+        self,
+        method: str,
+        url: yarl.URL,
+        params: list[tuple[str, str]] | None,
+        headers: Mapping[str, str] | None,
+        data: Any,
+    ) -> Answer: ...
+
+    async def aclose(self) -> None: ...
