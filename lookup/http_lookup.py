@@ -175,14 +175,10 @@ class HttpLookup(Lookup):
         self._bearer, self._basic = _credentials(
             bearer_token, bearer_token_env, basic_auth, basic_auth_env, userinfo
         )
-        if request_timeout <= 0:
-            raise ValueError(f"request_timeout={request_timeout}; allowed: seconds > 0")
-        if max_connections < 1:
-            raise ValueError(f"max_connections={max_connections}; allowed: an integer >= 1")
+        _check_client(request_timeout, max_connections)
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.ca_file = ca_file
-        http_client_setting()  # a wrong KAW_HTTP fails here, not in a worker
         self._json_templates: dict[str, Template] = {}
         self._authorization = self._authorization_header()
         self._redactor = Redactor(self._secret_texts())
@@ -375,6 +371,14 @@ class HttpLookup(Lookup):
         raise BadResponseError(
             "request rejected", lookup_key=key, service=url, status=status, body=self._body(payload)
         )
+
+
+def _check_client(request_timeout: float, max_connections: int) -> None:
+    if request_timeout <= 0:
+        raise ValueError(f"request_timeout={request_timeout}; allowed: seconds > 0")
+    if max_connections < 1:
+        raise ValueError(f"max_connections={max_connections}; allowed: an integer >= 1")
+    http_client_setting()  # a wrong KAW_HTTP fails here, on the driver, not in a worker
 
 
 def _credentials(
