@@ -19,6 +19,8 @@ from lookup import (
     RateLimitedError,
     ServiceUnavailableError,
 )
+from lookup.http_client import AiohttpTransport, make_transport
+from lookup.http_lean import LeanTransport
 from lookup.service import free_port, profile_of
 
 from ..core.helpers import run
@@ -270,3 +272,21 @@ def test_a_batch_endpoint_answering_404_is_an_error_not_all_misses(httpserver: H
     fn = HttpLookup(httpserver.url_for("/users/{user_id}"), batch_url=httpserver.url_for("/batch"))
     with pytest.raises(RecordFailedError, match=r"batch endpoint answered 404"):
         run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))
+
+
+def test_the_client_setting_is_checked_when_the_lookup_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAW_HTTP", "curl")
+    with pytest.raises(ValueError, match="KAW_HTTP='curl'; allowed: auto, httptools, python, aiohttp"):
+        HttpLookup("http://127.0.0.1:1/u/{id}")
+
+
+def test_head_goes_through_aiohttp_as_the_parsers_cannot_frame_its_answer(http_client: str) -> None:
+    async def kinds() -> tuple[type, type]:
+        head, get = make_transport("HEAD", 10, 1.0, None), make_transport("GET", 10, 1.0, None)
+        await head.aclose()
+        await get.aclose()
+        return type(head), type(get)
+
+    head, get = run(kinds())
+    assert head is AiohttpTransport
+    assert get is (AiohttpTransport if http_client == "aiohttp" else LeanTransport)
