@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import zlib
 from collections.abc import Mapping
@@ -222,6 +223,7 @@ class LeanTransport:
         self._open = 0
         self._tls: ssl.SSLContext | None = None
         self._closed = False
+        self._all_closed: asyncio.Event | None = None  # made by aclose, set when none is open
 
     @property
     def open_connections(self) -> int:
@@ -253,11 +255,17 @@ class LeanTransport:
             return await self._use(await self._connect(origin), origin, request)
 
     async def aclose(self) -> None:
+        """Close the idle connections and wait (up to a second) until every connection is gone,
+        so none outlives the loop (a request still running closes its own when it ends)."""
         self._closed = True
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for conn in conns:
                 conn.close()
+        if self._open > 0:
+            self._all_closed = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_closed.wait(), 1.0)
 
     async def _use(self, conn: _Connection, origin: tuple[str, str, int], request: bytes) -> Answer:
         try:
@@ -301,6 +309,8 @@ class LeanTransport:
 
     def _lost(self) -> None:
         self._open -= 1
+        if self._open == 0 and self._all_closed is not None:
+            self._all_closed.set()
 
     def _close_one_idle(self) -> None:
         for conns in self._idle.values():

@@ -17,7 +17,7 @@ import pytest
 
 from lookup import Field, HttpLookup, LookupTimeoutError, ServiceUnavailableError
 from lookup.http_client import wire_url
-from lookup.http_lean import request_bytes
+from lookup.http_lean import LeanTransport, request_bytes
 from lookup.http_parse import HTTP_PARSERS
 
 from ..core.helpers import run
@@ -238,3 +238,24 @@ def test_the_request_goes_out_as_rendered() -> None:
     )
     with pytest.raises(ValueError, match="header 'X-A'"):
         request_bytes("GET", wire_url(url), {"X-A": "b\r\nX-Evil: 1"}, None)
+
+
+def test_aclose_leaves_no_connection_open(parser: str) -> None:
+    async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
+        writer.write(ok(profile(path.rsplit("/", 1)[1])))
+        return True
+
+    async def main() -> None:
+        async with Server(script).running() as url:
+            transport = LeanTransport(4, 5.0, None, parser)
+            try:
+                answers = await asyncio.gather(
+                    *(transport.request("GET", wire_url(f"{url}/u/{i}"), None, None, None) for i in range(10))
+                )
+                assert [json.loads(a.body)["name"] for a in answers] == [f"user-{i}" for i in range(10)]
+                assert 1 <= transport.open_connections <= 4
+            finally:
+                await transport.aclose()
+            assert transport.open_connections == 0
+
+    run(main())
