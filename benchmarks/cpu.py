@@ -21,7 +21,8 @@ ordering and retries, capacity 100 as the hand-written job's 100 concurrent requ
 ``http_batch`` (POST /users/batch, 100 keys a call),
 ``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys), ``redis_mget_backlog`` (MGET of
 500, every row its own key, ours with ``backlog=True``: the columnar path), ``sql`` (the SQL scalar function
-against the hand-written HTTP job).
+against the hand-written HTTP job), ``sql_table`` (the table function, key-ordered by
+``order_id``, against the same).
 """
 
 from __future__ import annotations
@@ -185,6 +186,13 @@ def pairs(
         source(spark, rows).repartition(2).createOrReplaceTempView("cpu_orders")
         return spark.sql("SELECT *, users(user_id) AS u FROM cpu_orders")
 
+    def sql_table() -> DataFrame:
+        source(spark, rows).repartition(2).createOrReplaceTempView("cpu_orders")
+        return spark.sql(
+            "SELECT * FROM async_lookup(TABLE(cpu_orders), 'users',"
+            " upsert_key => 'order_id', order_by => 'seq')"
+        )
+
     return {
         "http": (
             lambda: AsyncDataStream.key_ordered_wait(
@@ -233,6 +241,7 @@ def pairs(
             redis_rows,
         ),
         "sql": (sql, hand(rows, hand_written(url, 100), http_schema), rows),
+        "sql_table": (sql_table, hand(rows, hand_written(url, 100), http_schema), rows),
     }
 
 
@@ -242,7 +251,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--redis-rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--paths", default="http,http_batch,redis,redis_mget,redis_mget_backlog,sql")
+    parser.add_argument(
+        "--paths", default="http,http_200,http_batch,redis,redis_mget,redis_mget_backlog,sql,sql_table"
+    )
     parser.add_argument("--plain", action="store_true", help="ours without the fast extra")
     parser.add_argument("--python-gc", action="store_true", help="ours with Python's collector settings")
     parser.add_argument(
