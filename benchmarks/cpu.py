@@ -297,8 +297,8 @@ def main() -> None:
             cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
             print(
                 f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f}"
-                f" {rate['ours'] / rate['hand']:>11.2f}x {cpu['ours']:>8.3f}s "
-                f"{cpu['hand']:>8.3f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
+                f" {rate['ours'] / rate['hand']:>11.2f}x {cpu['ours']:>8.4f}s "
+                f"{cpu['hand']:>8.4f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
                 f"   (CPU s per 1,000 rows; {n:,} rows)"
             )
     spark.stop()

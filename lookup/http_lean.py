@@ -65,7 +65,6 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[Answer] | None = None
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
-        self._headers_done = False
         self._until_close = False  # the body ends when the connection does
         self._encoding: str | None = None
         self._got_bytes = False
@@ -113,7 +112,6 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
-        self._headers_done = True
         if status >= 200 and status not in (204, 304):  # RFC 9112 6.3: else it ends with the close
             framing = {name.lower(): value for name, value in self._headers}
             codings = framing.get("transfer-encoding", "").lower().split(",")
@@ -125,7 +123,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if self._parser.get_status_code() < 200:  # an interim answer (103): the real one follows
-            self._headers, self._body, self._headers_done, self._encoding = [], [], False, None
+            self._headers, self._body, self._encoding = [], [], None
             return
         self._complete(reusable=self._parser.should_keep_alive())
 
@@ -162,7 +160,7 @@ class _Connection(asyncio.Protocol):
                 self._fail(WireError(f"answer not decodable as {self._encoding}: {exc}"), waiter)
                 return
         answer = Answer(self._parser.get_status_code(), CIMultiDict(self._headers), body)
-        self._headers, self._body, self._headers_done, self._until_close = [], [], False, False
+        self._headers, self._body, self._until_close = [], [], False
         self._encoding = None
         self.reusable = reusable and not self.lost
         waiter.set_result(answer)

@@ -148,6 +148,8 @@ class PyResponseParser:
         self._frame(lengths, codings)
 
     def _frame(self, lengths: set[bytes], codings: bytes) -> None:
+        if self._status == 101:  # as llhttp (for httptools, HttpParserUpgrade)
+            raise ParseError("101 Switching Protocols: an upgrade the client never asked for")
         if self._status < 200 or self._status in (204, 304):
             self._complete()
             return
@@ -194,5 +196,10 @@ def response_parser(name: str) -> tuple[type[Any], tuple[type[BaseException], ..
     if name == "httptools":
         import httptools
 
-        return httptools.HttpResponseParser, (httptools.HttpParserError, ParseError)
+        # an upgrade (101) we never asked for is an error too; HttpParserUpgrade is no HttpParserError
+        return httptools.HttpResponseParser, (
+            httptools.HttpParserError,
+            httptools.HttpParserUpgrade,
+            ParseError,
+        )
     return PyResponseParser, (ParseError,)

@@ -1,14 +1,14 @@
 """A timer wheel for per-record timeouts: one event-loop timer per time bucket, not per record.
 
-Arming or disarming a record is a set add or discard; the loop gets one ``call_at`` for each
-bucket that has records in it. A timeout fires at most one ``resolution`` late (the operator
-uses 1% of the timeout, at most 50 ms).
+Arming or disarming a record is a set add or discard (a batch's records: one set update); the
+loop gets one ``call_at`` for each bucket that has records in it. A timeout fires at most one
+``resolution`` late (the operator uses 1% of the timeout, at most 50 ms).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 __all__ = ["Deadlines"]
@@ -47,6 +47,28 @@ class Deadlines:
             self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
         members.add(item)
         return bucket
+
+    def arm_many(self, items: Iterable[Hashable], deadline: float) -> int:
+        """:meth:`arm` for many items with one deadline (a batch started together)."""
+        bucket = self.bucket_of(deadline)
+        members = self._buckets.get(bucket)
+        if members is None:
+            members = self._buckets[bucket] = set()
+            self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
+        members.update(items)
+        if not members:  # nothing was armed: no wake-up for an empty bucket
+            del self._buckets[bucket]
+            self._handles.pop(bucket).cancel()
+        return bucket
+
+    def disarm_many(self, items: Iterable[Hashable], bucket: int) -> None:
+        """:meth:`disarm` for many items of one bucket."""
+        members = self._buckets.get(bucket)
+        if members is not None:
+            members.difference_update(items)
+            if not members:
+                del self._buckets[bucket]
+                self._handles.pop(bucket).cancel()
 
     def disarm(self, item: Hashable, bucket: int) -> None:
         members = self._buckets.get(bucket)

@@ -140,9 +140,7 @@ class Batcher:
         )
         batch.task = task
         run.batches[task] = batch
-        if self.timers.deadlines is not None:
-            for entry in entries:
-                self.timers.arm(entry)
+        self.timers.arm_many(entries, now)
 
     def _settle(self, batch: Batch, values: Any, failure: BaseException | None) -> None:
         run = self.run
@@ -175,14 +173,12 @@ class Batcher:
                     outcomes.apply(entry, outcomes.policy.failed(entry, error, outcomes.wall()))
             return
         done: list[Entry] = []
-        fast, timed, finished = not outcomes.result_retry, self.timers.deadlines is not None, State.DONE
+        fast, finished = not outcomes.result_retry, State.DONE
         for entry, value in zip(entries, values, strict=True):
             if entry.handle is not batch:
                 continue  # timed out while the batch ran
             entry.handle = None
             if fast and type(value) is list:
-                if timed and entry.timer is not None:
-                    self.timers.disarm(entry)
                 entry.results = value
                 entry.state = finished
                 done.append(entry)
@@ -191,6 +187,7 @@ class Batcher:
             else:
                 outcomes.value(entry, value)
         if done:
+            self.timers.disarm_many(done)
             nxt = outcomes.succeed_many(done)
             if nxt:
                 self.run.ready.extend(nxt)

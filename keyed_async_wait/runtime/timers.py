@@ -44,6 +44,36 @@ class Timers:
             assert self.timeout is not None
             entry.timer = self.deadlines.arm(entry, entry.started + self.timeout)
 
+    def arm_many(self, entries: list[Entry], started: float) -> None:
+        """:meth:`arm` for a batch's entries; those not yet watched started at ``started``
+        (a retried entry keeps its first deadline, and is watched already)."""
+        if self.deadlines is None:
+            return
+        assert self.timeout is not None
+        together = [entry for entry in entries if entry.timer is None and entry.started == started]
+        if together:
+            bucket = self.deadlines.arm_many(together, started + self.timeout)
+            for entry in together:
+                entry.timer = bucket
+        if len(together) < len(entries):
+            for entry in entries:
+                self.arm(entry)  # the others (arm skips the watched ones)
+
+    def disarm_many(self, entries: list[Entry]) -> None:
+        """:meth:`disarm` for many entries, one set update per bucket."""
+        if self.deadlines is None:
+            return
+        buckets: dict[int, list[Entry]] = {}
+        for entry in entries:
+            if entry.timer is not None:
+                group = buckets.get(entry.timer)
+                if group is None:
+                    group = buckets[entry.timer] = []
+                group.append(entry)
+                entry.timer = None
+        for bucket, group in buckets.items():
+            self.deadlines.disarm_many(group, bucket)
+
     def disarm(self, entry: Entry) -> None:
         if entry.timer is not None:
             assert self.deadlines is not None

@@ -149,6 +149,20 @@ def test_a_body_cut_short_is_a_retryable_error_never_a_value() -> None:
     run(main())
 
 
+def test_an_upgrade_nobody_asked_for_is_a_retryable_error() -> None:
+    async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n\0\1")
+        return True
+
+    async def main() -> None:
+        async with Server(script).running() as url:
+            [error] = await names(HttpLookup(f"{url}/u/{{id}}", fields=[Field("name")]), ["7"])
+            assert isinstance(error, ServiceUnavailableError) and error.retryable
+            assert "malformed answer" in str(error)
+
+    run(main())
+
+
 def test_a_kept_alive_connection_closed_by_the_server_is_reopened_for_a_get_only() -> None:
     seen: list[str] = []
 
