@@ -41,42 +41,41 @@ class Deadlines:
     def arm(self, item: Hashable, deadline: float) -> int:
         """Watch ``item`` until ``deadline``; returns the bucket to pass to :meth:`disarm`."""
         bucket = self.bucket_of(deadline)
-        members = self._buckets.get(bucket)
-        if members is None:
-            members = self._buckets[bucket] = set()
-            self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
-        members.add(item)
+        self._members(bucket).add(item)
         return bucket
 
     def arm_many(self, items: Iterable[Hashable], deadline: float) -> int:
         """:meth:`arm` for many items with one deadline (a batch started together)."""
         bucket = self.bucket_of(deadline)
-        members = self._buckets.get(bucket)
-        if members is None:
-            members = self._buckets[bucket] = set()
-            self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
-        members.update(items)
-        if not members:  # nothing was armed: no wake-up for an empty bucket
-            del self._buckets[bucket]
-            self._handles.pop(bucket).cancel()
+        self._members(bucket).update(items)
+        self._drop_if_empty(bucket)  # nothing armed: no wake-up for an empty bucket
         return bucket
+
+    def disarm(self, item: Hashable, bucket: int) -> None:
+        members = self._buckets.get(bucket)
+        if members is not None:
+            members.discard(item)
+            self._drop_if_empty(bucket)
 
     def disarm_many(self, items: Iterable[Hashable], bucket: int) -> None:
         """:meth:`disarm` for many items of one bucket."""
         members = self._buckets.get(bucket)
         if members is not None:
             members.difference_update(items)
-            if not members:
-                del self._buckets[bucket]
-                self._handles.pop(bucket).cancel()
+            self._drop_if_empty(bucket)
 
-    def disarm(self, item: Hashable, bucket: int) -> None:
+    def _members(self, bucket: int) -> set[Hashable]:
+        """The bucket's set, made (with its wake-up) when it is new."""
         members = self._buckets.get(bucket)
-        if members is not None:
-            members.discard(item)
-            if not members:
-                del self._buckets[bucket]
-                self._handles.pop(bucket).cancel()
+        if members is None:
+            members = self._buckets[bucket] = set()
+            self._handles[bucket] = self._schedule(bucket * self._resolution, self._fire, bucket)
+        return members
+
+    def _drop_if_empty(self, bucket: int) -> None:
+        if not self._buckets[bucket]:
+            del self._buckets[bucket]
+            self._handles.pop(bucket).cancel()
 
     def _fire(self, bucket: int) -> None:
         self._handles.pop(bucket, None)
