@@ -56,6 +56,7 @@ class Task:
         self.instance = instance_of(adapter)
         self._before = lookup_counts(self.instance)
         self._started = time.monotonic()
+        self._cpu_started = time.process_time()  # the worker process's CPU: what executors pay
         self.rows_out = 0
         self.peak_in_flight = self.peak_blocked_keys = 0
         self.columnar: ColumnarRun | None = None  # the part a backlog task ran column-wise
@@ -100,15 +101,16 @@ class Task:
         latency = self.op.latency or LatencyHistogram()
         gear = self.gear
         log.info(
-            "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs attempts=%d retries=%d "
-            "timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d peak_blocked_keys=%d "
-            "latency_p50=%s p95=%s p99=%s gc=%s%s",
+            "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs cpu=%.2fs attempts=%d "
+            "retries=%d timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d "
+            "peak_blocked_keys=%d latency_p50=%s p95=%s p99=%s gc=%s%s",
             plan.mode.name,
             gear.name if gear else "-",
             " (columnar)" if columnar else "",
             records,
             rows_out,
             time.monotonic() - self._started,
+            time.process_time() - self._cpu_started,
             attempts,
             stats.retries,
             stats.timeouts,
