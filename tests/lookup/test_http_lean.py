@@ -135,43 +135,53 @@ def test_every_framing_gives_the_whole_body() -> None:
     run(main())
 
 
-def test_a_body_cut_short_is_a_retryable_error_never_a_value() -> None:
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        # a body cut short: an error, never a value
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + profile("7")[:20],
+            "closed before the whole answer",
+        ),
+        # an upgrade nobody asked for
+        (
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n\0\1",
+            "malformed answer",
+        ),
+    ],
+    ids=["cut-short", "upgrade"],
+)
+def test_a_broken_answer_is_a_retryable_error(answer: bytes, says: str) -> None:
     async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + profile("7")[:20])
+        writer.write(answer)
         return False
 
     async def main() -> None:
         async with Server(script).running() as url:
             [error] = await names(HttpLookup(f"{url}/u/{{id}}", fields=[Field("name")]), ["7"])
             assert isinstance(error, ServiceUnavailableError) and error.retryable
-            assert "closed before the whole answer" in str(error)
+            assert says in str(error)
 
     run(main())
 
 
-def test_an_upgrade_nobody_asked_for_is_a_retryable_error() -> None:
-    async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n\0\1")
-        return True
-
-    async def main() -> None:
-        async with Server(script).running() as url:
-            [error] = await names(HttpLookup(f"{url}/u/{{id}}", fields=[Field("name")]), ["7"])
-            assert isinstance(error, ServiceUnavailableError) and error.retryable
-            assert "malformed answer" in str(error)
-
-    run(main())
-
-
-def test_a_kept_alive_connection_closed_by_the_server_is_reopened_for_a_get_only() -> None:
+def second_request_unanswered(answer: Callable[[str], bytes]) -> Script:
+    """A script answering the first request on each connection (one at a time, as a pool of
+    one gives them) and closing the connection, unanswered, at the second."""
     seen: list[str] = []
 
     async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
         seen.append(path)
-        if len(seen) % 2 == 0:  # the second request on a connection: closed unanswered
+        if len(seen) % 2 == 0:
             return False
-        writer.write(ok(profile(path.rsplit("/", 1)[1])))
+        writer.write(answer(path))
         return True
+
+    return script
+
+
+def test_a_kept_alive_connection_closed_by_the_server_is_reopened_for_a_get_only() -> None:
+    script = second_request_unanswered(lambda path: ok(profile(path.rsplit("/", 1)[1])))
 
     async def main() -> None:
         server = Server(script)
@@ -190,14 +200,7 @@ def test_a_kept_alive_connection_closed_by_the_server_is_reopened_for_a_get_only
 
 
 def test_a_post_on_a_closed_kept_alive_connection_is_not_sent_again() -> None:
-    seen: list[str] = []
-
-    async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
-        seen.append(path)
-        if len(seen) % 2 == 0:  # the second request on a connection: closed unanswered
-            return False
-        writer.write(ok(b'{"1": {"name": "one"}, "2": {"name": "two"}}'))
-        return True
+    script = second_request_unanswered(lambda path: ok(b'{"1": {"name": "one"}, "2": {"name": "two"}}'))
 
     async def main() -> None:
         server = Server(script)
