@@ -95,12 +95,8 @@ class BatchedLookups(LookupParts):
     def _mapped_all(self, keys: list[Any], answers: list[Any]) -> list[Any]:
         """Each answer mapped (as :meth:`_mapped`), a miss or an error left as it is: in one
         comprehension while no answer fails to map, else one by one so each gets its error."""
-        mapper, service = self.mapper.map, self.service
         try:
-            return [
-                a if a is None or isinstance(a, BaseException) else [mapper(a, k, service)]
-                for k, a in zip(keys, answers, strict=True)
-            ]
+            return self.mapper.map_all(answers, keys, self.service)
         except LookupServiceError:
             return [
                 a if a is None or isinstance(a, BaseException) else self._mapped(a, k)

@@ -107,6 +107,27 @@ class FieldMapper:
                 return out
         return self._map(answer, lookup_key, service)
 
+    def map_all(self, answers: list[Any], keys: list[Any], service: str) -> list[Any]:
+        """Per answer: a miss (None) or an error (an exception) as it is, else
+        ``[map(answer, key, service)]``; raises what :meth:`map` raises for the first answer
+        that does not map. Why: a batch of answers with one field of a plain type (the common
+        lookup) is mapped in one comprehension, with no call per answer."""
+        mapper, direct = self.map, self._direct
+        if direct is None or len(direct) != 1:
+            return [
+                a if a is None or isinstance(a, BaseException) else [mapper(a, k, service)]
+                for a, k in zip(answers, keys, strict=True)
+            ]
+        ((name, key, kind),) = direct
+        return [
+            [{name: found}]
+            if type(a) is dict and type(found := a.get(key)) is kind
+            else a
+            if a is None or isinstance(a, BaseException)
+            else [mapper(a, k, service)]
+            for a, k in zip(answers, keys, strict=True)
+        ]
+
     def _map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
         value = (
             _walk(answer, self.result_path, lookup_key, service, self.body_limit)

@@ -19,9 +19,10 @@ from .exceptions import (
     ServiceUnavailableError,
     WrongTypeError,
 )
-from .fast_json import loads
+from .fast_json import loads, loads_many
 from .fields import Field
 from .limits import Limits
+from .redis_packing import hiredis_packing
 from .template import Template
 
 __all__ = ["RedisLookup"]
@@ -129,6 +130,7 @@ class RedisLookup(Lookup):
         # a blocking pool: with more calls in flight than max_connections, a call waits for a
         # connection (the operator's timeout bounds it) instead of failing "Too many connections"
         pool = aioredis.BlockingConnectionPool.from_url(self.url, timeout=None, **kwargs)
+        pool.connection_class = hiredis_packing(pool.connection_class)  # the class the URL asks for
         return aioredis.Redis.from_pool(pool)
 
     async def _close_client(self, client: aioredis.Redis) -> None:
@@ -179,7 +181,7 @@ class RedisLookup(Lookup):
                 raws = await pipe.execute(raise_on_error=False)
         if self.command == "GET" and self.decode == "json":
             try:  # the common case in one comprehension; any oddity takes the careful path
-                return [None if raw is None else loads(raw) for raw in raws]
+                return loads_many(raws)
             except (TypeError, ValueError):
                 pass
         out: list[Any] = []

@@ -23,7 +23,9 @@ class KeyAccounting(Generic[T]):
     __slots__ = ("_blocked_items", "_keys")
 
     def __init__(self) -> None:
-        # key -> None (occupied, nobody waiting) or a deque of waiting items
+        # key -> None or an empty deque (occupied, nobody waiting), or a deque of waiting items;
+        # a deque that empties is kept while its key is occupied: a key whose records keep
+        # coming reuses it instead of making one per record (measured: a tenth of the admission)
         self._keys: dict[Hashable, deque[T] | None] = {}
         self._blocked_items = 0
 
@@ -74,8 +76,6 @@ class KeyAccounting(Generic[T]):
             waiting = keys[key]
             if waiting:
                 nxt.append(waiting.popleft())
-                if not waiting:
-                    keys[key] = None
             else:
                 del keys[key]
         self._blocked_items -= len(nxt)
@@ -88,8 +88,6 @@ class KeyAccounting(Generic[T]):
         if waiting:
             item = waiting.popleft()
             self._blocked_items -= 1
-            if not waiting:
-                keys[key] = None
             return item
         del keys[key]
         return None

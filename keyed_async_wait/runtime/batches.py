@@ -144,10 +144,13 @@ class Batcher:
 
     def _settle(self, batch: Batch, values: Any, failure: BaseException | None) -> None:
         run = self.run
-        if run.closing:
-            return
         if batch.task is not None:
             run.batches.pop(batch.task, None)
+            # the task holds this batch (its callback): left set, every batch and its entries
+            # would wait in a reference cycle for the collector instead of being freed
+            batch.task = None
+        if run.closing:
+            return
         run.draining = True
         try:
             if failure is None:

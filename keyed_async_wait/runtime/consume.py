@@ -14,7 +14,9 @@ def outputs_of(entries: list[Entry], pairs: bool, emit_errors: bool, plain: bool
     """The outputs of ``entries`` (records and watermarks leaving, in order): results, or
     ``(record, results)`` pairs, watermarks, FailedRecords when errors are emitted; a parked
     record gives none. ``plain``: nothing but finished records, none partly taken."""
-    if plain and not pairs:
+    if plain:
+        if pairs:
+            return [(entry.record, entry.results) for entry in entries]
         return [result for entry in entries for result in entry.results]  # type: ignore[union-attr]
     chunk: list[Any] = []
     append, extend = chunk.append, chunk.extend

@@ -6,16 +6,20 @@ input columns are taken from the input batches as they were (so they come back u
 whatever the function did to its dict), the result columns are built from the results, each
 value checked against its column (see :mod:`keyed_async_wait.spark.values`).
 
-Invariant: every row dict handed to the operator is known here until it is assembled into an
-output (or left parked); a batch is released once every one of its rows has left.
+Invariant: every row dict handed to the operator is known here, by its position in the task's
+input, until it is assembled into an output (or left parked); a batch is released once every one
+of its rows has left. A row is found from its position alone: batches are held in input order,
+each with the position of its first row, and a compacted batch keeps the (sorted) input rows it
+still holds. Positions are plain ints, looked up for a whole output batch at once with numpy:
+per row the source keeps one dict item and allocates no container.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import repeat
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..core.elements import FailedRecord
@@ -48,13 +52,13 @@ class RowSource:
 
     def __init__(self, plan: Any) -> None:
         self.plan = plan
-        self._batches: dict[int, pa.RecordBatch] = {}
+        self._batches: dict[int, pa.RecordBatch] = {}  # held, by number (in input order)
         self._left: dict[int, int] = {}  # rows of each batch not yet out
-        self._offsets: dict[int, int] = {}  # position of each batch's first row in the task input
+        self._starts: dict[int, int] = {}  # position of each batch's first row in the task input
+        self._kept: dict[int, Any] = {}  # a compacted batch: the rows it still holds (sorted)
         self._rows_in = 0
-        self._where: dict[int, tuple[int, int]] = {}  # id(row) -> (batch number, row in batch)
+        self._where: dict[int, int] = {}  # id(row) -> its position in the task input
         self._count = 0
-        self._positions: dict[int, int] = {}  # id(row) -> input position, for rows compacted
         self._fix: Any = None
         self._fixed_for: pa.Schema | None = None
         out = plan.out_schema
@@ -70,15 +74,15 @@ class RowSource:
         rows: list[dict[str, Any]] = batch.to_pylist()
         if self._fix is not None:
             rows = self._fix(rows)
-        number = self._count
+        number, start = self._count, self._rows_in
         self._count += 1
         self._batches[number] = batch
         self._left[number] = len(rows)
-        self._offsets[number] = self._rows_in
+        self._starts[number] = start
         self._rows_in += len(rows)
         if len(self._batches) > _RETAINED:
             self._compact()
-        self._where.update(zip(map(id, rows), zip(repeat(number), range(len(rows))), strict=True))
+        self._where.update(zip(map(id, rows), range(start, self._rows_in), strict=True))
         return rows
 
     def chunks(
@@ -101,30 +105,32 @@ class RowSource:
         """The output batch for an operator chunk (``(record, results)`` pairs and
         FailedRecords). ``state``: one value per item of the state column (parking plans)."""
         left, error_column = self.plan.join == "left", self.plan.error_column
-        positions: list[tuple[int, int]] = []
+        positions: list[int] = []  # the input row of each output row
+        done: list[int] | None = None  # the rows that left, once rows and outputs differ
         results: list[Any] = []
         errors: list[Any] = []
         states: list[Any] = []
-        where, done = self._where, []
+        where = self._where
         allowed = self._allowed
         for n, item in enumerate(chunk):
             extra = state[n] if state is not None else None
-            if extra is None and type(item) is tuple and not self._positions:
+            if extra is None and type(item) is tuple:
                 # the common output: one result, a dict of exactly the result columns
                 record, found = item
                 if len(found) == 1 and type(result := found[0]) is dict and result.keys() == allowed:
                     position = where.pop(id(record))
-                    done.append(position[0])
+                    if done is not None:
+                        done.append(position)
                     positions.append(position)
                     results.append(result)
                     errors.append(None)
                     states.append(None)
                     continue
+            if done is None:
+                done = positions.copy()
             if isinstance(item, FailedRecord):
                 position = where.pop(id(item.record))
-                if self._positions:
-                    self._positions.pop(id(item.record), None)
-                done.append(position[0])
+                done.append(position)
                 positions.append(position)
                 results.append(None)
                 errors.append(
@@ -138,9 +144,7 @@ class RowSource:
                 continue
             record, found = item
             position = where.pop(id(record))
-            if self._positions:
-                self._positions.pop(id(record), None)
-            done.append(position[0])
+            done.append(position)
             if not found:
                 if left or extra is not None:
                     positions.append(position)
@@ -163,7 +167,7 @@ class RowSource:
             arrays.append(
                 pa.array(states if state is not None else [None] * len(positions), type=out.field(field).type)
             )
-        self._release(done)
+        self._release(positions if done is None else done)
         return pa.RecordBatch.from_arrays(arrays, schema=out)
 
     def _check_keys(self, found: list[Any], record: dict[str, Any]) -> None:
@@ -190,26 +194,40 @@ class RowSource:
                 f"{key_text(self.plan, record)} (give None for a null value; a miss is no result at all)"
             )
 
-    def _input_arrays(self, positions: list[tuple[int, int]]) -> list[pa.Array]:
+    def _owners(self, positions: Any) -> tuple[list[int], Any, Any]:
+        """The held batch numbers, their first positions, and for each of ``positions`` (an
+        int64 array) the index of the batch it is in."""
+        numbers = list(self._batches)
+        starts = np.fromiter((self._starts[n] for n in numbers), dtype=np.int64, count=len(numbers))
+        return numbers, starts, np.searchsorted(starts, positions, side="right") - 1
+
+    def _input_arrays(self, positions: list[int]) -> list[pa.Array]:
         out = self.plan.out_schema
         names = self.plan.input_columns
         if not positions:
             return [pa.array([], type=out.field(name).type) for name in names]
-        numbers = sorted({number for number, _ in positions})
-        offsets, base = {}, 0
-        for number in numbers:
-            offsets[number] = base
-            base += self._batches[number].num_rows
-        table = pa.Table.from_batches([self._batches[n].select(names) for n in numbers])
-        taken = table.take(pa.array([offsets[number] + row for number, row in positions], type=pa.int64()))
+        wanted = np.asarray(positions, dtype=np.int64)
+        numbers, starts, index = self._owners(wanted)
+        rows = wanted - starts[index]  # the row in its batch as it came in
+        bases = np.zeros(len(numbers), dtype=np.int64)
+        used, base = np.unique(index).tolist(), 0
+        for j in used:
+            bases[j] = base
+            base += self._batches[numbers[j]].num_rows
+            kept = self._kept.get(numbers[j])
+            if kept is not None:
+                mine = index == j
+                rows[mine] = np.searchsorted(kept, rows[mine])
+        table = pa.Table.from_batches([self._batches[numbers[j]].select(names) for j in used])
+        taken = table.take(pa.array(bases[index] + rows))
         arrays = []
         for name in names:
             column = taken.column(name).combine_chunks()
-            wanted = out.field(name).type
-            arrays.append(column if column.type.equals(wanted) else column.cast(wanted))
+            kind = out.field(name).type
+            arrays.append(column if column.type.equals(kind) else column.cast(kind))
         return arrays
 
-    def _result_arrays(self, results: list[Any], positions: list[tuple[int, int]]) -> list[pa.Array]:
+    def _result_arrays(self, results: list[Any], positions: list[int]) -> list[pa.Array]:
         arrays = []
         for name, kind in self._results:
             values = [None if r is None else r[name] for r in results]
@@ -224,49 +242,55 @@ class RowSource:
         return arrays
 
     def _mismatch(
-        self, name: str, kind: pa.DataType, value: Any, why: Exception, position: tuple[int, int]
+        self, name: str, kind: pa.DataType, value: Any, why: Exception, position: int
     ) -> ResultSchemaError:
-        number, row = position
-        record = self._batches[number].slice(row, 1).to_pylist()[0]
         return ResultSchemaError(
             f"result column {name!r} ({kind}) cannot hold {value!r:.100} for the record with key "
-            f"{key_text(self.plan, record)}: {why}"
+            f"{key_text(self.plan, self._row_at(position))}: {why}"
         )
 
-    def _release(self, numbers: list[int]) -> None:
+    def _row_at(self, position: int) -> dict[str, Any]:
+        """The input row at ``position`` (its batch still held), as a dict."""
+        numbers, starts, index = self._owners(np.array([position], dtype=np.int64))
+        j = int(index[0])
+        row = position - int(starts[j])
+        kept = self._kept.get(numbers[j])
+        if kept is not None:
+            row = int(np.searchsorted(kept, row))
+        record: dict[str, Any] = self._batches[numbers[j]].slice(row, 1).to_pylist()[0]
+        return record
+
+    def _release(self, positions: list[int]) -> None:
+        if not positions:
+            return
+        numbers, _, index = self._owners(np.asarray(positions, dtype=np.int64))
+        counts = np.bincount(index, minlength=len(numbers))
         left = self._left
-        for number in numbers:
-            left[number] -= 1
+        for j in np.flatnonzero(counts).tolist():
+            number = numbers[j]
+            left[number] -= int(counts[j])
             if not left[number]:
                 del left[number]
                 del self._batches[number]
-                del self._offsets[number]
+                del self._starts[number]
+                self._kept.pop(number, None)
 
     def _compact(self) -> None:
         """Keep only the live rows of batches that are mostly out: a few slow rows must not
         hold many whole Arrow batches (memory stays bounded by capacity, not by batch size)."""
-        live: dict[int, list[tuple[int, int]]] = {}
-        for ident, (number, row) in self._where.items():
-            live.setdefault(number, []).append((row, ident))
-        for number, rows in live.items():
+        live = np.fromiter(self._where.values(), dtype=np.int64, count=len(self._where))
+        numbers, starts, index = self._owners(live)
+        counts = np.bincount(index, minlength=len(numbers))
+        for j, number in enumerate(numbers):
             batch = self._batches[number]
-            if len(rows) * 4 > batch.num_rows or number == self._count - 1:
+            if counts[j] * 4 > batch.num_rows or number == self._count - 1:
                 continue
-            rows.sort()
-            self._batches[number] = batch.take(pa.array([row for row, _ in rows], type=pa.int64()))
-            base = self._offsets[number]
-            for i, (row, ident) in enumerate(rows):
-                self._positions.setdefault(ident, base + row)  # where it was in the input
-                self._where[ident] = (number, i)
+            rows = np.sort(live[index == j] - starts[j])  # as the batch came in
+            kept = self._kept.get(number)
+            held = rows if kept is None else np.searchsorted(kept, rows)
+            self._batches[number] = batch.take(pa.array(held))
+            self._kept[number] = rows
 
     def position(self, record: dict[str, Any]) -> int:
         """A row's position in the task's input (orders parked rows of a key)."""
-        moved = self._positions.get(id(record))
-        if moved is not None:
-            return moved
-        number, row = self._where[id(record)]
-        return self._offsets[number] + row
-
-    def record_position(self, record: dict[str, Any]) -> tuple[int, int]:
-        """Where a row dict came from (it stays known)."""
         return self._where[id(record)]

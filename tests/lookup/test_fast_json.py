@@ -8,6 +8,8 @@ import importlib
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lookup import fast_json
 
@@ -18,6 +20,7 @@ from lookup import fast_json
         b'{"a": 1, "b": [1.5, null, true], "c": "\\u00e9"}',
         b'{"big": 123456789012345678901234567890, "edge": 18446744073709551616}',
         b'{"max": 9223372036854775807, "min": -9223372036854775808, "u": 18446744073709551615}',
+        b'{"below_min": -9223372036854775809}',  # 19 digits, no 64-bit integer: the widest run checked
         b'{"x": NaN, "y": Infinity}',
         b"null",
         '{"s": "text given as str"}',
@@ -43,3 +46,31 @@ def test_kaw_json_forces_the_standard_library(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.delenv("KAW_JSON")
         importlib.reload(fast_json)
     assert fast_json.JSON_DECODER in ("orjson", "json")
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**25), 10**25)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+payloads = st.one_of(
+    st.none(),  # a miss (MGET's nil)
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.sampled_from([b"{not json", b"1 2", b"[1", b"", b'"a"']),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=st.lists(payloads, max_size=12))
+def test_a_batch_decodes_as_each_payload_would(batch: list[bytes | None]) -> None:
+    try:
+        want = [None if p is None else fast_json.loads(p) for p in batch]
+    except ValueError:
+        with pytest.raises(ValueError):
+            fast_json.loads_many(batch)
+        return
+    assert repr(fast_json.loads_many(batch)) == repr(want)

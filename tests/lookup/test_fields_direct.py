@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lookup import Field
@@ -67,3 +67,21 @@ def test_an_int_for_a_float_field_is_converted_and_a_bool_for_an_int_is_refused(
         assert "field 'n' should be int" in str(exc)
     else:
         raise AssertionError("a bool passed as an int")
+
+
+@settings(max_examples=300)
+@given(FIELDS, st.lists(st.one_of(st.none(), st.just(ValueError("kept")), ANSWERS), max_size=6))
+@example([Field("a", "int")], [{"a": 1}, {"a": True}])  # a bool is an int to isinstance
+@example([Field("a", "float")], [{"a": 1.5}, None, {"a": 2}])  # an int for a float becomes one
+def test_mapping_a_batch_equals_mapping_each_answer(fields: list[Field], answers: list[Any]) -> None:
+    mapper = FieldMapper(fields)
+    keys = [f"k{i}" for i in range(len(answers))]
+
+    def each() -> list[Any]:
+        return [
+            a if a is None or isinstance(a, BaseException) else [mapper.map(a, k, "svc")]
+            for a, k in zip(answers, keys, strict=True)
+        ]
+
+    batch, one_by_one = outcome(lambda: mapper.map_all(answers, keys, "svc")), outcome(each)
+    assert repr(batch) == repr(one_by_one)  # repr: an int is not a float, errors compared by text

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from keyed_async_wait.spark.worker import YOUNG_THRESHOLD, CollectorWatch, tune_collector
+from keyed_async_wait.spark.worker import MIDDLE_THRESHOLD, YOUNG_THRESHOLD, CollectorWatch, tune_collector
 
 
 @pytest.fixture
@@ -20,15 +20,18 @@ def python_defaults() -> Iterator[None]:
         gc.set_threshold(*saved)
 
 
-def test_a_task_raises_the_young_threshold_only(
+def test_a_task_raises_the_young_and_middle_thresholds_only(
     python_defaults: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KAW_GC", raising=False)
     assert tune_collector() is True
-    assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
-    gc.set_threshold(50_000, 5, 5)  # a process already tuned higher keeps its own setting
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, MIDDLE_THRESHOLD, 10)
+    gc.set_threshold(50_000, 5, 5)  # a threshold already set higher is kept; the oldest untouched
     assert tune_collector() is True
-    assert gc.get_threshold() == (50_000, 5, 5)
+    assert gc.get_threshold() == (50_000, MIDDLE_THRESHOLD, 5)
+    gc.set_threshold(100, 80, 5)
+    tune_collector()
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 80, 5)
 
 
 def test_kaw_gc_default_leaves_python_alone(python_defaults: None, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +44,7 @@ def test_a_disabled_threshold_stays_disabled(python_defaults: None, monkeypatch:
     monkeypatch.delenv("KAW_GC", raising=False)
     gc.set_threshold(0)  # 0: automatic collection off; not ours to turn on
     tune_collector()
-    assert gc.get_threshold()[0] == 0
+    assert gc.get_threshold() == (0, 10, 10)
 
 
 def test_the_watch_counts_collections_per_generation() -> None:
