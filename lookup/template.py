@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 from urllib.parse import quote
 
@@ -54,7 +55,7 @@ class Template:
             prefix = self._parts[0][0]
             suffix = "".join(literal for literal, _ in self._parts[1:])
             try:
-                values = [record[field] for record in records]
+                values = list(map(itemgetter(field), records))
             except (KeyError, IndexError, TypeError):
                 values = None
             if values is not None and None not in values:

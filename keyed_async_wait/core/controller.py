@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable
+from itertools import repeat
 from typing import Any
 
 from .elements import OutputMode, Watermark
@@ -133,10 +134,9 @@ class Controller:
             records, keys = [r for r, _ in kept], [k for _, k in kept]
             if not records:
                 return []
-        pairs = enumerate(zip(records, keys, strict=True), seq)
         # without key accounting every record may start at once
         state = State.READY if self._keys is None else State.BLOCKED
-        entries = [Entry(i, record, key, state) for i, (record, key) in pairs]
+        entries = list(map(Entry, range(seq, seq + len(records)), records, keys, repeat(state)))
         self._seq = seq + len(entries)
         self._live.update(zip(range(seq, seq + len(entries)), entries, strict=True))
         self.records_inside += len(entries)

@@ -12,6 +12,7 @@ import hashlib
 import struct
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Final
 
 from .exceptions import ConfigError, RecordKeyError
@@ -114,7 +115,7 @@ def keys_of_many(selector: KeySelector, records: list[Any]) -> list[Hashable]:
     field = getattr(selector, "field", None)
     if field is not None:
         try:
-            keys = [record[field] for record in records]
+            keys = list(map(itemgetter(field), records))
         except (KeyError, IndexError, TypeError, ValueError):
             keys = None
         if keys is not None and None not in keys and _PLAIN.issuperset(set(map(type, keys))):

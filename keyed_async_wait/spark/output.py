@@ -16,7 +16,9 @@ per row the source keeps one dict item and allocates no container.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -104,7 +106,10 @@ class RowSource:
     def assemble(self, chunk: Sequence[Any], state: Sequence[Any] | None = None) -> pa.RecordBatch:
         """The output batch for an operator chunk (``(record, results)`` pairs and
         FailedRecords). ``state``: one value per item of the state column (parking plans)."""
-        left, error_column = self.plan.join == "left", self.plan.error_column
+        plain = self._plain(chunk) if state is None else None
+        if plain is not None:
+            return self._batch(plain[0], plain[1], None, None, plain[0])
+        left = self.plan.join == "left"
         positions: list[int] = []  # the input row of each output row
         done: list[int] | None = None  # the rows that left, once rows and outputs differ
         results: list[Any] = []
@@ -158,16 +163,53 @@ class RowSource:
                 results.append(result)
                 errors.append(None)
                 states.append(extra)
+        return self._batch(
+            positions,
+            results,
+            errors,
+            states if state is not None else None,
+            positions if done is None else done,
+        )
+
+    def _plain(self, chunk: Sequence[Any]) -> tuple[list[int], list[Any]] | None:
+        """The common chunk, checked in a few passes in C: every item a ``(record, [result])``
+        pair whose one result is a dict of exactly the result columns. (positions, results),
+        or None: then :meth:`assemble` goes item by item (and names what is wrong)."""
+        try:
+            records, founds = zip(*chunk, strict=True)
+        except (TypeError, ValueError):  # empty, a FailedRecord, or not pairs
+            return None
+        if set(map(len, founds)) != {1}:
+            return None
+        results = [found[0] for found in founds]
+        if set(map(type, results)) != {dict} or sum(map(len, results)) != len(results) * len(self._allowed):
+            return None
+        # as many keys as result columns, and every column among them: exactly the columns
+        for name in self._allowed:
+            if not all(map(operator.contains, results, repeat(name))):
+                return None
+        return list(map(self._where.pop, map(id, records))), results
+
+    def _batch(
+        self,
+        positions: list[int],
+        results: list[Any],
+        errors: list[Any] | None,
+        states: list[Any] | None,
+        done: list[int],
+    ) -> pa.RecordBatch:
+        """The output batch: input columns at ``positions``, then results, errors, state."""
         arrays = self._input_arrays(positions)
         arrays += self._result_arrays(results, positions)
         out = self.plan.out_schema
+        error_column = self.plan.error_column
         if error_column is not None:
-            arrays.append(pa.array(errors, type=out.field(error_column).type))
+            kind = out.field(error_column).type
+            arrays.append(pa.nulls(len(positions), kind) if errors is None else pa.array(errors, type=kind))
         for field in self.plan.passthrough:
-            arrays.append(
-                pa.array(states if state is not None else [None] * len(positions), type=out.field(field).type)
-            )
-        self._release(positions if done is None else done)
+            kind = out.field(field).type
+            arrays.append(pa.nulls(len(positions), kind) if states is None else pa.array(states, type=kind))
+        self._release(done)
         return pa.RecordBatch.from_arrays(arrays, schema=out)
 
     def _check_keys(self, found: list[Any], record: dict[str, Any]) -> None:

@@ -141,3 +141,33 @@ def test_a_value_that_does_not_fit_names_the_key_of_a_compacted_row() -> None:
     assert 0 in source._kept  # the first batch holds only its row 3 now
     with pytest.raises(ResultSchemaError, match=r"column 'v' \(int64\).*'x'.*key 3"):
         source.assemble([(slow[1], [{"v": 1}]), (slow[0], [{"v": "x"}])])
+
+
+@pytest.mark.parametrize(
+    ("odd", "message"),
+    [
+        ({"v": 1, "w": 2}, r"result column 'w' is not in the output schema.*key 5"),
+        ({}, r"result column 'v' is missing.*key 5"),
+        ({"w": 2}, r"result column 'w' is not in the output schema.*key 5"),
+        ([1], r"a result must be a dict.*key 5"),
+    ],
+)
+def test_one_odd_result_among_plain_ones_is_named(odd: Any, message: str) -> None:
+    source = RowSource(plan())
+    (rows,) = source.chunks([batch(0, 10)])
+    chunk = [(r, [odd if r["seq"] == 5 else {"v": r["seq"]}]) for r in rows]
+    with pytest.raises(ResultSchemaError, match=message):
+        source.assemble(chunk)
+
+
+def test_a_plain_chunk_gives_the_same_batch_as_the_item_by_item_path() -> None:
+    fast, slow = RowSource(plan("left", errors=True)), RowSource(plan("left", errors=True))
+    (rows_a,) = fast.chunks([batch(0, 50)])
+    (rows_b,) = slow.chunks([batch(0, 50)])
+    out_a = fast.assemble([(r, [{"v": r["seq"] * 2}]) for r in reversed(rows_a)])
+    # a state value per item (parking plans) always takes the item-by-item path
+    out_b = slow.assemble([(r, [{"v": r["seq"] * 2}]) for r in reversed(rows_b)], state=[None] * 50)
+    assert out_a.equals(out_b)
+    assert out_a.column("seq").to_pylist() == list(range(49, -1, -1))
+    assert out_a.column("error").null_count == 50
+    assert not fast._batches and not slow._batches
