@@ -1,8 +1,8 @@
 """One Spark task's Python work in this process, ours against hand-written, with a profile.
 
     ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget]
-                            [--rounds R] [--profile ours|hand] [--top K] [--only ours|hand]
-                            [--cycles]
+                            [--rounds R] [--keys K] [--profile ours|hand] [--top K]
+                            [--only ours|hand] [--cycles]
 
 What ``benchmarks/cpu.py`` measures inside Spark's workers, without Spark around it: the
 ``mapInArrow`` function of our ``key_ordered_wait`` (taken from the DataFrame call as Spark
@@ -61,9 +61,11 @@ def task_function(df: Any, build: Callable[[], Any]) -> TaskFn:
     return got[0]
 
 
-def input_batches(rows: int, size: int = 10_000) -> list[pa.RecordBatch]:
+def input_batches(rows: int, keys_in_task: int, size: int = 10_000) -> list[pa.RecordBatch]:
+    """A task's input: ``keys_in_task`` distinct keys taking turns (even numbers, as a task of
+    Spark's hash partitioning over two partitions gets about half of the job's keys)."""
     seq = list(range(rows))
-    keys = [i % KEYS for i in seq]
+    keys = [(i % keys_in_task) * 2 for i in seq]
     table = pa.table({"seq": seq, "order_id": keys, "user_id": keys}, schema=schema_of())
     return table.to_batches(max_chunksize=size)
 
@@ -106,6 +108,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--path", default="http")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--keys", type=int, default=KEYS // 2, help="distinct keys in the task (a Spark task of cpu.py: half)"
+    )
     parser.add_argument("--profile", choices=["ours", "hand"], default=None)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--only", choices=["ours", "hand"], default=None, help="run one side (for py-spy)")
@@ -144,7 +149,7 @@ def main() -> None:
         }
         build, hand = jobs[args.path]
         ours = task_function(df, build)
-        batches = input_batches(args.rows)
+        batches = input_batches(args.rows, args.keys)
         for fn in (ours, hand):  # warm up: the worker's loop, clients and connections
             run_once(fn, batches)
         if args.cycles:

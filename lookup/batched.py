@@ -17,8 +17,12 @@ class BatchedLookups(LookupParts):
 
     def request_keys(self, records: list[Any]) -> list[Hashable | LookupServiceError]:
         """:meth:`request_key` for many records; a record without one gets its error."""
+        return self._request_keys_checked(records)[0]
+
+    def _request_keys_checked(self, records: list[Any]) -> tuple[list[Hashable | LookupServiceError], bool]:
+        """(:meth:`request_keys`, whether every record has a key): the common case in one pass."""
         try:
-            return self._request_keys_fast(records)
+            return self._request_keys_fast(records), True  # raises rather than give an error
         except LookupServiceError:
             pass
         keys: list[Hashable | LookupServiceError] = []
@@ -27,16 +31,14 @@ class BatchedLookups(LookupParts):
                 keys.append(self.request_key(record))
             except LookupServiceError as exc:
                 keys.append(exc)
-        return keys
+        return keys, not any(isinstance(key, LookupServiceError) for key in keys)
 
     async def _invoke_batch(self, records: list[Any]) -> list[Any]:
         stats, cache = self.stats, self.cache
         stats.records += len(records)
-        keys = self.request_keys(records)
-        if cache is None and len(dict.fromkeys(keys)) == len(keys):
-            fast = await self._fetch_distinct(keys)
-            if fast is not None:
-                return fast
+        keys, every_key = self._request_keys_checked(records)
+        if cache is None and every_key and len(dict.fromkeys(keys)) == len(keys):
+            return await self._fetch_distinct(keys)
         out: list[Any] = [None] * len(records)
         cached = cache.get_many(keys) if cache is not None else None
         wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
@@ -103,13 +105,9 @@ class BatchedLookups(LookupParts):
                 for k, a in zip(keys, answers, strict=True)
             ]
 
-    async def _fetch_distinct(self, keys: list[Any]) -> list[Any] | None:
-        """Distinct keys, no cache: one request, answers mapped straight onto the records.
-
-        None when a key is an error (the general path then names it per record).
-        """
-        if any(isinstance(key, LookupServiceError) for key in keys):
-            return None
+    async def _fetch_distinct(self, keys: list[Any]) -> list[Any]:
+        """Distinct keys (none an error), no cache: one request, answers mapped straight onto
+        the records."""
         await suspend()
         stats = self.stats
         answers = await self._fetch_counted(keys)
@@ -119,6 +117,8 @@ class BatchedLookups(LookupParts):
             out = [[a] if a is not None and not isinstance(a, BaseException) else a for a in answers]
         else:
             out = self._mapped_all(keys, answers)
+        if list(map(type, out)).count(list) == len(out):
+            return out  # every key found (the common case, counted in C)
         misses = 0
         for i, value in enumerate(out):
             if value is None:

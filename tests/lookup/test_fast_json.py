@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -74,3 +75,46 @@ def test_a_batch_decodes_as_each_payload_would(batch: list[bytes | None]) -> Non
             fast_json.loads_many(batch)
         return
     assert repr(fast_json.loads_many(batch)) == repr(want)
+
+
+stdlib_payloads = st.one_of(
+    payloads,
+    json_values.map(lambda v: json.dumps(v, ensure_ascii=False).encode()),  # UTF-8 beyond ASCII
+    json_values.map(lambda v: json.dumps(v).encode("utf-16")),  # a BOM: json.loads reads UTF-16
+    json_values.map(lambda v: json.dumps(v).encode("utf-16-le")),  # no BOM, NULs: UTF-16 again
+    json_values.map(lambda v: b"\xef\xbb\xbf" + json.dumps(v).encode()),  # UTF-8 with a BOM
+    json_values.map(lambda v: b" \n" + json.dumps(v).encode() + b"\t"),  # white space around
+    st.sampled_from([b'"a\nb"', b'"\\ud800"', b"NaN", b"-Infinity", b"1e400", b"[1,", b"2]", b"\xff"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(batch=st.lists(stdlib_payloads, max_size=8))
+def test_the_standard_librarys_batch_decodes_as_json_loads(batch: list[bytes | None]) -> None:
+    try:
+        want = [None if p is None else json.loads(p) for p in batch]
+    except ValueError:
+        with pytest.raises(ValueError):
+            fast_json._stdlib_many(batch)
+        return
+    assert repr(fast_json._stdlib_many(batch)) == repr(want)
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [[memoryview(b"1")], ['"text"', b"2"], [ValueError("in a value's place")], [bytearray(b"[3]"), None]],
+)
+def test_odd_payloads_get_json_loads_value_or_error(batch: list[Any]) -> None:
+    def each() -> Any:
+        return [None if p is None else json.loads(p) for p in batch]
+
+    for many in (fast_json._stdlib_many, fast_json.loads_many):
+        try:
+            want = ("value", repr(each()))
+        except (TypeError, ValueError) as exc:
+            want = ("error", type(exc))
+        try:
+            got = ("value", repr(many(batch)))
+        except (TypeError, ValueError) as exc:
+            got = ("error", type(exc))
+        assert got == want
