@@ -21,6 +21,7 @@ from ..core.latency import LatencyHistogram
 from ..core.parking import DeferPolicy
 from ..runtime.function import FunctionAdapter
 from .columnar import ColumnarRun, supports_columnar
+from .instances import Instances
 from .output import RowSource
 from .plan import Plan, task_operator
 from .worker import drive, worker_loop
@@ -50,7 +51,8 @@ class Task:
         self.plan, self.gear, self.loop = plan, gear, worker.loop
         self.collector = worker.collector
         self._collected = self.collector.sample()
-        adapter = worker.function(plan.token, plan.function)
+        self._instances: Instances | None = worker.instances
+        adapter = worker.instances.acquire(plan.token, plan.function)  # released in report()
         self.op = task_operator(plan, adapter, gear, defer, emit_parked)
         self.source = RowSource(plan)
         self.instance = instance_of(adapter)
@@ -91,6 +93,9 @@ class Task:
     def report(self) -> dict[str, Any]:
         """One log line and the plan's metrics, for the whole task (columnar part included);
         the counts reported."""
+        if self._instances is not None:  # the task no longer uses its function's instance
+            self._instances.release(self.plan.token)
+            self._instances = None
         plan, stats, columnar = self.plan, self.op.stats, self.columnar
         after = lookup_counts(self.instance)
         lookups = {k: after[k] - self._before.get(k, 0) for k in after}

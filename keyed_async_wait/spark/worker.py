@@ -17,7 +17,8 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from ..runtime.function import FunctionAdapter, adapt_function
+from ..runtime.function import FunctionAdapter
+from .instances import Instances
 
 __all__ = [
     "MIDDLE_THRESHOLD",
@@ -44,22 +45,16 @@ class _WorkerLoop:
     def __init__(self) -> None:
         self.collector = CollectorWatch()
         self.loop = new_loop()
-        self.functions: dict[str, FunctionAdapter] = {}
+        self.instances = Instances(self.loop)
         atexit.register(self.shutdown)
 
     def function(self, token: str, function: Any) -> FunctionAdapter:
         """The process's instance of ``function`` (one per ``token``), opened once in the loop."""
-        adapter = self.functions.get(token)
-        if adapter is None:
-            adapter = adapt_function(function)
-            if adapter.open is not None:
-                self.loop.run_until_complete(_awaited(adapter.open()))
-            self.functions[token] = adapter
-        return adapter
+        return self.instances.function(token, function)
 
     def shutdown(self) -> None:
         async def close_all() -> None:
-            for adapter in self.functions.values():
+            for adapter in self.instances.held():
                 if adapter.close is not None:
                     try:
                         await adapter.close()
@@ -71,10 +66,6 @@ class _WorkerLoop:
         with contextlib.suppress(Exception):  # best effort at process exit
             self.loop.run_until_complete(asyncio.wait_for(close_all(), 10))
         self.loop.close()
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
 
 
 _WORKER: _WorkerLoop | None = None
