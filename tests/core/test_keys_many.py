@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait.core.keys import keys_of_many, make_key_selector
+
+from ..outcomes import outcome
 
 VALUES = st.one_of(
     st.integers(),
@@ -21,14 +23,7 @@ VALUES = st.one_of(
 RECORDS = st.lists(st.dictionaries(st.sampled_from(["k", "x"]), VALUES, max_size=2), max_size=6)
 
 
-def outcome(call: Any) -> Any:
-    try:
-        return ("keys", call())
-    except Exception as exc:  # the error is what is compared
-        return ("error", type(exc), str(exc))
-
-
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(RECORDS)
 def test_keys_of_many_equals_one_call_per_record(records: list[dict[str, Any]]) -> None:
     selector = make_key_selector("k")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lookup import Field
@@ -69,7 +69,7 @@ def test_an_int_for_a_float_field_is_converted_and_a_bool_for_an_int_is_refused(
         raise AssertionError("a bool passed as an int")
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FIELDS, st.lists(st.one_of(st.none(), st.just(ValueError("kept")), ANSWERS), max_size=6))
 @example([Field("a", "int")], [{"a": 1}, {"a": True}])  # a bool is an int to isinstance
 @example([Field("a", "float")], [{"a": 1.5}, None, {"a": 2}])  # an int for a float becomes one

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 
@@ -32,7 +32,7 @@ def packed(connection: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
         return ("error", type(exc))
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command=COMMANDS, args=st.lists(ARGUMENTS, max_size=6), encoding=st.sampled_from(["utf-8", "latin-1"]))
 def test_the_same_bytes_or_the_same_error_as_redis_py(command: Any, args: list[Any], encoding: str) -> None:
     ours = hiredis_packing(Connection)(encoding=encoding)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait.spark.instances import KEEP, Instances
@@ -73,7 +73,7 @@ def test_sql_instances_no_task_acquired_are_kept(loop: asyncio.AbstractEventLoop
     assert sql.closed == 0 and instances.function("sql:abc", sql) in instances.held()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, KEEP + 6)), max_size=60))
 def test_an_instance_a_task_holds_is_never_closed(steps: list[tuple[bool, int]]) -> None:
     loop = asyncio.new_event_loop()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait.core.elements import FailedRecord
@@ -68,7 +68,7 @@ def rows_of(out: pa.RecordBatch, errors: bool) -> list[tuple[Any, ...]]:
     return [(r["seq"], r["name"], r["v"], e) for r, e in zip(data, error, strict=True)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sizes=st.lists(st.integers(1, 40), min_size=20, max_size=50),
     seed=st.integers(0, 2**32 - 1),
