@@ -58,17 +58,26 @@ class Instances:
     def _close_idle(self) -> None:
         idle = [t for t in self._held if self._tasks.get(t, -1) == 0]
         for token in idle[: max(0, len(idle) - KEEP)]:
-            adapter = self._held.pop(token)
             del self._tasks[token]
-            if adapter.close is not None:
-                try:
-                    self.loop.run_until_complete(_awaited(adapter.close()))
-                except Exception:
-                    log.warning("closing %s failed", adapter.name, exc_info=True)
+            self.loop.run_until_complete(_close(self._held.pop(token)))
 
     def held(self) -> list[FunctionAdapter]:
         """Every instance held, least recently used first."""
         return list(self._held.values())
+
+    async def close_all(self) -> None:
+        """Close every instance held (the worker process is ending)."""
+        for adapter in self.held():
+            await _close(adapter)
+
+
+async def _close(adapter: FunctionAdapter) -> None:
+    """Close ``adapter``'s instance; a failure is logged, not raised (nothing waits on it)."""
+    if adapter.close is not None:
+        try:
+            await adapter.close()
+        except Exception:
+            log.warning("closing %s failed", adapter.name, exc_info=True)
 
 
 async def _awaited(awaitable: Any) -> Any:

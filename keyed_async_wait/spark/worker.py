@@ -53,18 +53,10 @@ class _WorkerLoop:
         return self.instances.function(token, function)
 
     def shutdown(self) -> None:
-        async def close_all() -> None:
-            for adapter in self.instances.held():
-                if adapter.close is not None:
-                    try:
-                        await adapter.close()
-                    except Exception:
-                        log.warning("closing %s failed", adapter.name, exc_info=True)
-
         if self.loop.is_closed() or self.loop.is_running():
             return
         with contextlib.suppress(Exception):  # best effort at process exit
-            self.loop.run_until_complete(asyncio.wait_for(close_all(), 10))
+            self.loop.run_until_complete(asyncio.wait_for(self.instances.close_all(), 10))
         self.loop.close()
 
 
