@@ -111,6 +111,9 @@ def main() -> None:
     parser.add_argument(
         "--keys", type=int, default=KEYS // 2, help="distinct keys in the task (a Spark task of cpu.py: half)"
     )
+    parser.add_argument(
+        "--capacity", type=int, default=None, help="ours' capacity (default: as in benchmarks/cpu.py)"
+    )
     parser.add_argument("--profile", choices=["ours", "hand"], default=None)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--only", choices=["ours", "hand"], default=None, help="run one side (for py-spy)")
@@ -120,7 +123,7 @@ def main() -> None:
     from lookup_throughput import service_process
 
     with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
-        seed_prices(redis_url)
+        seed_prices(redis_url, max(KEYS, 2 * args.keys))
         common: dict[str, Any] = {"num_partitions": 2, "timeout": 10.0, "retry": RETRY}
         users = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
         batched = HttpLookup(
@@ -143,7 +146,7 @@ def main() -> None:
                 hand_redis(redis_url, None),
             ),
             "redis_mget": (
-                lambda: kow(df, prices, "order_id", capacity=5000, batch_size=500, **common),
+                lambda: kow(df, prices, "order_id", capacity=args.capacity or 500, batch_size=500, **common),
                 hand_redis(redis_url, 500),
             ),
         }

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 OUTPUT_ROWS = 4096  # operator outputs gathered into one Arrow batch (see Task.outputs)
 SAMPLE_EVERY = 0.05  # seconds between samples of the peak gauges (in flight, blocked keys)
+# a sample walks every record inside (its cost grows with capacity): the next one waits at
+# least this many times as long as the last one took, so sampling stays under 1/50 of the task
+SAMPLE_COST_SHARE = 50
 
 # a lookup's limits: what lookup_counts reads, under the names the metrics count them by
 THROTTLE_COUNTS = ("rejected_429", "unavailable_5xx", "short_circuited", "throttled_ms")
@@ -75,20 +78,26 @@ class Task:
         """
         op, loop = self.op, self.loop
         gathered: list[Any] = []
-        sampled = -1.0
+        next_sample = -1.0
         with contextlib.closing(drive(loop, op.process_batches(chunks))) as produced:
             for chunk in produced:
-                if loop.time() - sampled >= SAMPLE_EVERY:  # the gauges walk the live records
-                    sampled = loop.time()
-                    gauges = op.stats
-                    self.peak_in_flight = max(self.peak_in_flight, gauges.in_flight)
-                    self.peak_blocked_keys = max(self.peak_blocked_keys, gauges.blocked_keys)
+                if time.monotonic() >= next_sample:
+                    next_sample = self._sample_peaks()
                 gathered += chunk
                 if len(gathered) >= OUTPUT_ROWS:
                     yield gathered
                     gathered = []
         if gathered:
             yield gathered
+
+    def _sample_peaks(self) -> float:
+        """Raise the peak gauges to what the operator holds now; when to sample next."""
+        started = time.monotonic()
+        gauges = self.op.stats  # walks every record inside
+        self.peak_in_flight = max(self.peak_in_flight, gauges.in_flight)
+        self.peak_blocked_keys = max(self.peak_blocked_keys, gauges.blocked_keys)
+        ended = time.monotonic()
+        return ended + max(SAMPLE_EVERY, SAMPLE_COST_SHARE * (ended - started))
 
     def report(self) -> dict[str, Any]:
         """One log line and the plan's metrics, for the whole task (columnar part included);
@@ -107,7 +116,7 @@ class Task:
         gear = self.gear
         log.info(
             "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs cpu=%.2fs attempts=%d "
-            "retries=%d timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d "
+            "batches=%d retries=%d timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d "
             "peak_blocked_keys=%d latency_p50=%s p95=%s p99=%s gc=%s%s",
             plan.mode.name,
             gear.name if gear else "-",
@@ -117,6 +126,7 @@ class Task:
             time.monotonic() - self._started,
             time.process_time() - self._cpu_started,
             attempts,
+            stats.batches,
             stats.retries,
             stats.timeouts,
             stats.failures,
