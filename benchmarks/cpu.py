@@ -7,14 +7,15 @@ same concurrency, no ordering, capacity or retries) run interleaved (A B, A B, .
 rounds, ``local[2]``, output consumed by the ``noop`` sink. Reported, as medians: wall rows/s,
 and the CPU seconds per 1,000 rows of Spark's Python workers (user + system of every
 ``pyspark.daemon`` process and the workers it forked, reaped ones included, read with psutil
-before and after the job), with ours over hand-written. A calibration loop's CPU seconds are
-printed before and after the run: the machine's speed then (see :func:`calibration`).
+before and after the job), with ours over hand-written; and the median and range of the
+rounds' own ratios (each round's two jobs ran back to back, so the machine's drift between
+rounds cancels out of them). A calibration loop's CPU seconds are printed before and after
+the run: the machine's speed then (see :func:`calibration`).
 
 ``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON,
-the lean HTTP client with its Python parser), as
-the default install runs; ``--python-gc``: ours with Python's own collector settings
-(``KAW_GC=default``), to see what the tuning gives; ``--aiohttp``: ours with aiohttp's client
-instead of the lean one (``KAW_HTTP=aiohttp``).
+the lean HTTP client with its Python parser), as the default install runs; ``--python-gc``:
+ours with Python's own collector settings (``KAW_GC=default``), to see what the tuning gives;
+``--aiohttp``: ours with aiohttp's client instead of the lean one (``KAW_HTTP=aiohttp``).
 
 Paths: ``http`` (a GET per row, 20 ms service in its own process, ``key_ordered_wait`` with
 ordering and retries, capacity 100 as the hand-written job's 100 concurrent requests),
@@ -71,7 +72,7 @@ def worker_cpu() -> float:
     return total
 
 
-def calibration(loops: int = 3_000_000) -> float:
+def calibration(loops: int = 5_000_000) -> float:
     """CPU seconds of a fixed pure-Python loop here: the machine's speed at the moment. On a
     shared virtual machine it moves with the host's load (the same loop took 0.35-0.49 s within
     an hour here), so CPU figures of different runs compare only through their ratios."""
@@ -307,7 +308,7 @@ def main() -> None:
         print(f"  calibration loop before: {calibration():.3f} CPU s")
         print(
             f"  {'path':<19} {'ours rows/s':>12} {'hand rows/s':>12} {'rows/s ratio':>12}"
-            f" {'ours CPU':>9} {'hand CPU':>9}  CPU ratio"
+            f" {'ours CPU':>9} {'hand CPU':>9}  CPU ratio  per pair: median (range)"
         )
         for path in args.paths.split(","):
             ours, hand, n = jobs[path]
@@ -318,10 +319,13 @@ def main() -> None:
                 got["hand"].append(measure(hand, n))
             rate = {k: statistics.median(r for r, _ in v) for k, v in got.items()}
             cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
+            # each round's two jobs ran back to back: their ratio cancels the machine's drift
+            paired = [o / h for (_, o), (_, h) in zip(got["ours"], got["hand"], strict=True)]
             print(
                 f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f}"
                 f" {rate['ours'] / rate['hand']:>11.2f}x {cpu['ours']:>8.4f}s "
                 f"{cpu['hand']:>8.4f}s  {cpu['ours'] / cpu['hand']:5.2f}x"
+                f"  {statistics.median(paired):5.2f}x ({min(paired):.2f}-{max(paired):.2f})"
                 f"   (CPU s per 1,000 rows; {n:,} rows)"
             )
         print(f"  calibration loop after: {calibration():.3f} CPU s")

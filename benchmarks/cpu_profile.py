@@ -1,7 +1,7 @@
 """One Spark task's Python work in this process, ours against hand-written, with a profile.
 
     ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget]
-                            [--rounds R] [--keys K] [--profile ours|hand] [--top K]
+                            [--rounds R] [--keys K] [--capacity C] [--profile ours|hand] [--top K]
                             [--only ours|hand] [--cycles]
 
 What ``benchmarks/cpu.py`` measures inside Spark's workers, without Spark around it: the
@@ -12,7 +12,11 @@ printed, interleaved, medians. The service runs in its own process, so the time 
 ``--profile`` runs one side under cProfile and prints the top functions by own time: this is
 the tool for finding what our task pays that a hand-written loop does not. Per side it also
 prints the garbage collections per task (young/middle/full) and their time; ``--cycles`` counts
-the objects a task leaves in reference cycles; ``KAW_GC=default`` in the environment runs ours
+the objects a task leaves in reference cycles; ``--capacity`` sets ours' capacity on the
+``redis_mget`` path (500 by default, as ``benchmarks/cpu.py``; 5000 as its ``redis_mget_5000``);
+``taskset -c 0`` in front pins the script and the Redis server it starts to one core, so
+that neither side's CPU seconds include the other core's work running beside it (steadier
+figures here); ``KAW_GC=default`` in the environment runs ours
 without its collector tuning; ``--only`` runs one side, for a sampling profiler around the script
 (``py-spy record -- .venv/bin/python benchmarks/cpu_profile.py --only ours``).
 """

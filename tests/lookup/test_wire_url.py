@@ -29,3 +29,11 @@ def test_wire_url_is_the_quoted_url(path: str) -> None:
 def test_a_plain_url_goes_out_as_rendered() -> None:
     assert str(wire_url("http://127.0.0.1:8080/users/42?x=1")) == "http://127.0.0.1:8080/users/42?x=1"
     assert str(wire_url("http://127.0.0.1:8080/a b/ü")) == "http://127.0.0.1:8080/a%20b/%C3%BC"
+
+
+@given(st.lists(URL_TEXT, max_size=30))
+def test_a_cached_url_is_the_url_parsed_again(paths: list[str]) -> None:
+    for path in paths + paths[::-1]:  # each at least twice: the second comes from the cache
+        url = "http://127.0.0.1:8080/" + path
+        assert str(wire_url(url)) == str(wire_url.__wrapped__(url))
+        assert wire_url(url) is wire_url(url)
