@@ -22,11 +22,11 @@ ordering and retries, capacity 100 as the hand-written job's 100 concurrent requ
 ``http_200`` (the same, 200 in flight in each),
 ``http_batch`` (POST /users/batch, 100 keys a call),
 ``redis`` (a GET per row), ``redis_mget`` (MGET of 500 keys; ours with capacity 500, as the
-hand-written job's 500 rows in flight), ``redis_mget_5000`` (the same, ours with capacity 5000:
-ten batches' worth admitted, as many in flight as the task's keys allow), ``redis_mget_backlog`` (MGET of
-500, every row its own key, ours with ``backlog=True``: the columnar path), ``sql`` (the SQL scalar function
-against the hand-written HTTP job), ``sql_table`` (the table function, key-ordered by
-``order_id``, against the same).
+hand-written job's 500 rows in flight), ``redis_mget_5000`` (the same, ours with capacity
+5000: ten batches' worth admitted, as many in flight as the task's keys allow),
+``redis_mget_backlog`` (MGET of 500, every row its own key, ours with ``backlog=True``: the
+columnar path), ``sql`` (the SQL scalar function against the hand-written HTTP job),
+``sql_table`` (the table function, key-ordered by ``order_id``, against the same).
 """
 
 from __future__ import annotations
@@ -197,6 +197,16 @@ def pairs(
     def hand(n: int, fn: Any, schema: str) -> Job:
         return lambda: source(spark, n).repartition(2).mapInArrow(fn, schema)
 
+    def mget(capacity: int) -> tuple[Job, Job, int]:
+        """MGETs of 500 (the hand-written job's one at a time), ours with ``capacity``."""
+        return (
+            lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, redis_rows), prices, "order_id", capacity=capacity, batch_size=500, **common
+            ),
+            hand(redis_rows, hand_redis(redis_url, 500), redis_schema),
+            redis_rows,
+        )
+
     def sql() -> DataFrame:
         source(spark, rows).repartition(2).createOrReplaceTempView("cpu_orders")
         return spark.sql("SELECT *, users(user_id) AS u FROM cpu_orders")
@@ -237,20 +247,8 @@ def pairs(
             hand(redis_rows, hand_redis(redis_url, None), redis_schema),
             redis_rows,
         ),
-        "redis_mget": (
-            lambda: AsyncDataStream.key_ordered_wait(
-                source(spark, redis_rows), prices, "order_id", capacity=500, batch_size=500, **common
-            ),
-            hand(redis_rows, hand_redis(redis_url, 500), redis_schema),
-            redis_rows,
-        ),
-        "redis_mget_5000": (
-            lambda: AsyncDataStream.key_ordered_wait(
-                source(spark, redis_rows), prices, "order_id", capacity=5000, batch_size=500, **common
-            ),
-            hand(redis_rows, hand_redis(redis_url, 500), redis_schema),
-            redis_rows,
-        ),
+        "redis_mget": mget(500),
+        "redis_mget_5000": mget(5000),
         "redis_mget_backlog": (
             lambda: AsyncDataStream.key_ordered_wait(
                 distinct_source(spark, redis_rows), prices, "order_id", batch_size=500, backlog=True, **common

@@ -116,7 +116,7 @@ def main() -> None:
         "--keys", type=int, default=KEYS // 2, help="distinct keys in the task (a Spark task of cpu.py: half)"
     )
     parser.add_argument(
-        "--capacity", type=int, default=None, help="ours' capacity (default: as in benchmarks/cpu.py)"
+        "--capacity", type=int, default=500, help="ours' capacity on redis_mget (as in benchmarks/cpu.py)"
     )
     parser.add_argument("--profile", choices=["ours", "hand"], default=None)
     parser.add_argument("--top", type=int, default=30)
@@ -150,7 +150,7 @@ def main() -> None:
                 hand_redis(redis_url, None),
             ),
             "redis_mget": (
-                lambda: kow(df, prices, "order_id", capacity=args.capacity or 500, batch_size=500, **common),
+                lambda: kow(df, prices, "order_id", capacity=args.capacity, batch_size=500, **common),
                 hand_redis(redis_url, 500),
             ),
         }

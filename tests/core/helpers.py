@@ -127,3 +127,32 @@ async def until(condition: Callable[[], bool], turns: int = 10_000) -> None:
             return
         await next_turn()
     raise AssertionError(f"condition not reached within {turns} loop turns")
+
+
+class FakeLoop:
+    """Timers by hand: ``call_at`` records them, :meth:`run_until` fires those due."""
+
+    def __init__(self) -> None:
+        self.timers: dict[int, tuple[float, Any, int]] = {}
+        self.next_id = 0
+
+    def call_at(self, when: float, callback: Any, bucket: int) -> Any:
+        timer_id = self.next_id
+        self.next_id += 1
+        self.timers[timer_id] = (when, callback, bucket)
+        loop = self
+
+        class Handle:
+            def cancel(self) -> None:
+                loop.timers.pop(timer_id, None)
+
+        return Handle()
+
+    def run_until(self, now: float) -> None:
+        while True:
+            due = [(when, tid) for tid, (when, _, _) in self.timers.items() if when <= now]
+            if not due:
+                return
+            _, tid = min(due)
+            _, callback, bucket = self.timers.pop(tid)
+            callback(bucket)

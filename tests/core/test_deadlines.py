@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from keyed_async_wait.core.deadlines import Deadlines
 
-
-class FakeLoop:
-    def __init__(self) -> None:
-        self.timers: dict[int, tuple[float, Any, int]] = {}
-        self.next_id = 0
-
-    def call_at(self, when: float, callback: Any, bucket: int) -> Any:
-        timer_id = self.next_id
-        self.next_id += 1
-        self.timers[timer_id] = (when, callback, bucket)
-        loop = self
-
-        class Handle:
-            def cancel(self) -> None:
-                loop.timers.pop(timer_id, None)
-
-        return Handle()
-
-    def run_until(self, now: float) -> None:
-        while True:
-            due = [(when, tid) for tid, (when, _, _) in self.timers.items() if when <= now]
-            if not due:
-                return
-            _, tid = min(due)
-            _, callback, bucket = self.timers.pop(tid)
-            callback(bucket)
+from .helpers import FakeLoop
 
 
 @given(

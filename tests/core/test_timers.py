@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from keyed_async_wait.core.entry import Entry
 from keyed_async_wait.runtime.timers import Timers
 
-from .test_deadlines import FakeLoop
+from .helpers import FakeLoop
 
 TIMEOUT = 1.0
 
