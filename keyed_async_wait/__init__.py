@@ -15,6 +15,7 @@ from .core.exceptions import (
     RecordTimeoutError,
     ResultTypeError,
     SnapshotError,
+    SparkVersionError,
 )
 from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
 from .core.parking import DeferPolicy
@@ -72,6 +73,7 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "ResultTypeError",
     "RetryStrategy",
     "SnapshotError",
+    "SparkVersionError",
     "SnapshotRecord",
     "Step",
     "StepError",

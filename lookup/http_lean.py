@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import sys
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,11 @@ from multidict import CIMultiDict
 
 from .http_parse import response_parser
 from .http_wire import Answer
+
+if sys.version_info >= (3, 11):
+    _deadline = asyncio.timeout
+else:  # pragma: no cover - Python 3.10 (aiohttp brings async-timeout there)
+    from async_timeout import timeout as _deadline
 
 __all__ = ["LeanTransport", "WireError"]
 
@@ -245,7 +251,7 @@ class LeanTransport:
         if url.scheme not in ("http", "https") or not url.raw_host:
             raise WireError(f"cannot send to a {url.scheme or 'relative'} URL")
         origin = (url.scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
-        async with asyncio.timeout(self._timeout), self._slots:
+        async with _deadline(self._timeout), self._slots:
             conn = self._idle_connection(origin)
             if conn is not None:
                 try:

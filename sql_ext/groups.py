@@ -14,18 +14,16 @@ left unfinished (no last ``terminate``) is found at ``cleanup`` and fails the ta
 silently dropped; one left by a failed task is aborted when the next task of the process
 starts.
 
-Whether a ``terminate`` is a boundary or the last is read from its caller: pyspark's
-partitioning wrapper calls it from its ``eval`` at a boundary, and from its own ``terminate`` at
-the end (pyspark 4.x ``worker.py``). Anything else counts as the last, the safe side.
+Whether a ``terminate`` is a boundary or the last is read from pyspark's partitioning wrapper:
+:func:`keyed_async_wait.spark.compat.at_group_boundary`, checked on every supported version.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-__all__ = ["GroupCall", "SharedCalls", "at_group_boundary", "task_attempt"]
+__all__ = ["GroupCall", "SharedCalls", "task_attempt"]
 
 
 class GroupCall(Protocol):
@@ -45,13 +43,6 @@ def task_attempt() -> int:
 
     context = TaskContext.get()
     return int(context.taskAttemptId()) if context is not None else -1
-
-
-def at_group_boundary(depth: int = 2) -> bool:
-    """Whether the ``terminate`` that called this was called at a group boundary (see above)."""
-    caller = sys._getframe(depth)
-    wrapper = caller.f_locals.get("self")
-    return caller.f_code.co_name == "eval" and hasattr(wrapper, "_check_partition_boundaries")
 
 
 class SharedCalls:

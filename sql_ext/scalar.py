@@ -16,6 +16,8 @@ from typing import Any
 from keyed_async_wait.core.elements import OutputMode
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
+from keyed_async_wait.spark import compat
+from keyed_async_wait.spark.compat import arrow_scalar_udf
 from keyed_async_wait.spark.output import ResultSchemaError
 from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
 from keyed_async_wait.spark.worker import drive, worker_loop
@@ -30,18 +32,11 @@ log = logging.getLogger(__name__)
 
 def scalar_function(source: LookupSource, time_zone: str) -> Any:
     """The UDF to register under ``source.name`` (``time_zone``: the session's, at install)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.functions import arrow_udf
-
-    struct = source.result_schema
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         return _lookup_batches(source, time_zone, batches)
 
-    # Spark picks the iterator form from the hints (naming the type instead is deprecated)
-    arguments = Iterator[tuple[pa.Array, ...]] if len(source.inputs) > 1 else Iterator[pa.Array]
-    run.__annotations__ = {"batches": arguments, "return": Iterator[pa.Array]}
-    udf = arrow_udf(run, struct)  # type: ignore[call-overload]
+    udf = arrow_scalar_udf(run, source.result_schema, len(source.inputs))
     return udf.asNondeterministic()  # a lookup's answer may change: never fold or reorder calls
 
 
@@ -60,11 +55,10 @@ def _records(source: LookupSource, batches: Iterator[Any]) -> Iterator[list[dict
 
 def _lookup_batches(source: LookupSource, time_zone: str, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
 
     conf = task_conf()  # a bad setting fails here, before any lookup
     zone = task_time_zone(time_zone)
-    arrow_type = to_arrow_type(source.result_schema, timezone=zone)
+    arrow_type = compat.arrow_type(source.result_schema, zone)
     convert = column_converter(arrow_type, zone)
     loop = worker_loop().loop
     settings = conf.operator_settings(OutputMode.ORDERED, output="pairs")

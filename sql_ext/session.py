@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from keyed_async_wait.core.exceptions import SparkVersionError
+from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.options import session_config, session_time_zone
 
@@ -17,6 +20,8 @@ from .sources import LookupSource, make_source
 from .table import table_function_class
 
 __all__ = ["AsyncLookupSQL", "install"]
+
+log = logging.getLogger(__name__)
 
 
 def _count_param() -> Any:
@@ -68,7 +73,12 @@ class AsyncLookupSQL:
         (default: the lookup's declared fields).
         """
         source = make_source(name, function, inputs=inputs, output_schema=output_schema)
-        self.spark.udf.register(name, scalar_function(source, session_time_zone(self.spark)))
+        try:
+            scalar = scalar_function(source, session_time_zone(self.spark))
+        except SparkVersionError as too_old:  # the table function still serves this source
+            log.warning("%s(): %s", name, too_old)
+            scalar = compat.unavailable_udf(too_old, source.result_schema)
+        self.spark.udf.register(name, scalar)
         self._sources[name] = source
         self._register_table_function()
         return source
@@ -127,7 +137,12 @@ def install(
 
     ``declared_sources``: the services a SQL user may name in the query itself (``'http'`` and
     ``'redis'`` sources of the table function); without it, none. Nothing in SQL widens it.
+
+    Needs pyspark 4.0 (the table function analyzes its call); the scalar functions need 4.2 (an
+    Arrow UDF): before that, a query calling one fails naming the version, and the table function
+    serves the same source.
     """
+    compat.require_table_function()
     if declared_sources is not None and not isinstance(declared_sources, DeclaredSources):
         raise ConfigError(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"

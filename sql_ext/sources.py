@@ -15,6 +15,7 @@ from typing import Any
 
 from keyed_async_wait.core.config import AsyncLookupConfig
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.spark.compat import parse_schema
 
 __all__ = ["LookupSource", "make_source"]
 
@@ -86,8 +87,6 @@ def make_source(
     output_schema: str | None = None,
 ) -> LookupSource:
     """Check a source before anything is registered; errors name the parameter."""
-    from pyspark.sql.types import StructType
-
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError("name", name, "a SQL identifier (letters, digits, _; not starting with a digit)")
     if inputs is None:
@@ -106,8 +105,7 @@ def make_source(
                 f"{name}: output_schema", None, "a DDL string of the result columns, e.g. 'name string'"
             )
     try:
-        parsed = StructType.fromDDL(output_schema)
-        assert isinstance(parsed, StructType)
+        parsed = parse_schema(output_schema)
     except Exception as exc:
         raise ConfigError(f"{name}: output_schema", output_schema, f"a valid DDL string ({exc})") from exc
     from lookup import Lookup

@@ -34,6 +34,7 @@ from keyed_async_wait.core.elements import OutputMode
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.runtime.push import PushDriver
+from keyed_async_wait.spark.compat import arrow_type, at_group_boundary
 from keyed_async_wait.spark.output import ResultSchemaError
 from keyed_async_wait.spark.values import ValueMismatch, column_converter
 from keyed_async_wait.spark.worker import worker_loop
@@ -42,7 +43,7 @@ from .allowlist import DeclaredSources
 from .buckets import bucket_expression
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
-from .groups import SharedCalls, at_group_boundary
+from .groups import SharedCalls
 from .modes import InputShape, decide, describe_input
 from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
@@ -230,13 +231,11 @@ class TableCall:
         self.push_size = _PUSH_SIZE
 
     def _start(self) -> PushDriver:
-        from pyspark.sql.pandas.types import to_arrow_type
-
         conf = task_conf()  # a bad setting fails here, before any lookup
         zone = task_time_zone(self.time_zone)
         self.read = row_reader(self.input_schema, zone)
         self.convert = {
-            f.name: column_converter(to_arrow_type(f.dataType, timezone=zone), zone, arrow=False)
+            f.name: column_converter(arrow_type(f.dataType, zone), zone, arrow=False)
             for f in self.source.result_schema.fields
         }
         decision = decide(conf, self.shape)

@@ -9,6 +9,8 @@ import pytest
 from lookup.embedded import redis_url_or_embedded
 from lookup.service import ServiceState, run_service
 
+from .compat_report import Recorder, feature_of, recorder_from_env
+
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
@@ -31,3 +33,42 @@ def service(_service: tuple[str, ServiceState]) -> Iterator[tuple[str, ServiceSt
     state.__dict__.update(fresh.__dict__)
     yield url, state
     state.__dict__.update(ServiceState().__dict__)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _old_pyspark_warnings():
+        config.addinivalue_line("filterwarnings", line)
+    recorder = recorder_from_env()
+    if recorder is not None:
+        config.pluginmanager.register(recorder, "kaw-compat-report")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    feature = feature_of(item)
+    if feature is not None:
+        outcome.get_result().compat_feature = feature  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    recorder = session.config.pluginmanager.get_plugin("kaw-compat-report")
+    if isinstance(recorder, Recorder):
+        recorder.write()
+
+
+def _old_pyspark_warnings() -> list[str]:
+    """pyspark 3.5's own warnings (ours stay errors): its version checks use distutils, and its
+    py4j gateway leaves sockets to the JVM for the collector."""
+    try:
+        from keyed_async_wait.spark.compat import pyspark_version
+
+        if pyspark_version() >= (4, 0):
+            return []
+    except ImportError:  # the core install: no pyspark
+        return []
+    return [
+        "ignore:distutils Version classes are deprecated:DeprecationWarning",
+        "ignore:unclosed <socket.socket.*raddr=\\('127.0.0.1':ResourceWarning",
+        "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning",
+    ]

@@ -11,6 +11,8 @@
     │   │                                    chained (``__cause__``) to the last exception
     │   └── RecordTimeoutError (TimeoutError)  the per-record timeout expired (retries included)
     ├── ResultTypeError (TypeError)          an action returned something that is not a result list
+    ├── SparkVersionError                    a feature the running pyspark cannot carry; names the
+    │                                        feature, the version it needs and the one running
     └── SnapshotError                        a snapshot cannot be taken or restored (e.g. unpicklable record)
 """
 
@@ -26,6 +28,7 @@ __all__ = [
     "RecordTimeoutError",
     "ResultTypeError",
     "SnapshotError",
+    "SparkVersionError",
     "UnknownSettingError",
 ]
 
@@ -105,3 +108,12 @@ class ResultTypeError(KeyedAsyncWaitError, TypeError):
 
 class SnapshotError(KeyedAsyncWaitError):
     """A snapshot cannot be taken or restored."""
+
+
+class SparkVersionError(KeyedAsyncWaitError):
+    """A feature needs a newer Spark than the one running (raised when the call is made)."""
+
+    def __init__(self, feature: str, needs: str, running: str, instead: str = "") -> None:
+        self.feature, self.needs, self.running = feature, needs, running
+        hint = f"; {instead}" if instead else ""
+        super().__init__(f"{feature} needs pyspark {needs} or newer; this is pyspark {running}{hint}")

@@ -204,7 +204,7 @@ def _encode(value: Any, out: list[bytes]) -> None:
         _encode_decimal(value, out)
     elif isinstance(value, (_dt.date, _dt.time, _dt.timedelta, uuid.UUID)):
         if isinstance(value, _dt.datetime) and value.tzinfo is not None:
-            value = value.astimezone(_dt.UTC)  # equal instants in other zones are equal keys
+            value = value.astimezone(_dt.timezone.utc)  # equal instants in other zones are equal keys
         data = f"{type(value).__name__}:{value}".encode()
         out.append(b"o%d:" % len(data))
         out.append(data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal, Never
+from typing import Any, Literal, NoReturn
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -85,7 +85,7 @@ class AsyncDataStream:
         backlog: Backlog = None,
         event_time: str | None = None,
         observe: str | None = None,
-        **unknown: Never,
+        **unknown: NoReturn,
     ) -> DataFrame:
         """Results in input order within each partition.
 
@@ -137,7 +137,7 @@ class AsyncDataStream:
         backlog: Backlog = None,
         event_time: str | None = None,
         observe: str | None = None,
-        **unknown: Never,
+        **unknown: NoReturn,
     ) -> DataFrame:
         """Results as they complete; may reorder rows within a partition.
 
@@ -176,7 +176,7 @@ class AsyncDataStream:
         backlog: Backlog = None,
         event_time: str | None = None,
         observe: str | None = None,
-        **unknown: Never,
+        **unknown: NoReturn,
     ) -> DataFrame:
         """Rows with the same ``key`` run one at a time in arrival order, different keys
         concurrently.
@@ -252,7 +252,7 @@ class AsyncDataStream:
         error_column: str | None = None,
         batch_size: int | None = 1000,
         metrics: AsyncWaitMetrics | None = None,
-        **unknown: Never,
+        **unknown: NoReturn,
     ) -> KeyedStream:
         """``key_ordered_wait`` for Structured Streaming, unfinished rows kept as keyed state
         across micro-batches (FLIP-455/519): exactly once into an idempotent sink, per key in

@@ -21,6 +21,7 @@ from ..core.exceptions import ConfigError
 from ..core.keys import WHOLE_RECORD, field_names
 from ..core.retry import RetryStrategy
 from ..core.settings import check_instance
+from .compat import arrow_type, parse_schema, session_settings
 from .metrics import TASK_COLUMN, AsyncWaitMetrics, task_struct
 from .plan import Plan
 
@@ -46,9 +47,7 @@ ERROR_STRUCT = StructType(
 def session_config(spark: SparkSession) -> AsyncLookupConfig:
     """The session's ``spark.sql.exec.async-lookup.*`` settings, checked (a misspelt key is an
     error naming the closest known one)."""
-    conf = spark.conf
-    present = {k: v for k, v in conf.getAll.items() if k.startswith(PREFIX)}
-    return AsyncLookupConfig.from_mapping(present)
+    return AsyncLookupConfig.from_mapping(session_settings(spark, PREFIX))
 
 
 def session_time_zone(spark: SparkSession) -> str:
@@ -70,8 +69,7 @@ def schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
         return schema
     if isinstance(schema, str):
         try:
-            parsed = StructType.fromDDL(schema)
-            assert isinstance(parsed, StructType)
+            parsed = parse_schema(schema)
         except Exception as exc:
             raise ConfigError("output_schema", schema, f"a valid DDL string ({exc})") from exc
         return parsed
@@ -80,12 +78,11 @@ def schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
 
 def arrow_schema(schema: StructType, time_zone: str) -> Any:
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
 
     fields = []
     for field in schema.fields:
         try:
-            kind = to_arrow_type(field.dataType, timezone=time_zone)
+            kind = arrow_type(field.dataType, time_zone)
         except Exception as exc:  # pyspark names no column: we do
             raise ConfigError(
                 f"column {field.name!r}",

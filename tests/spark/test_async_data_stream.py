@@ -17,7 +17,7 @@ from lookup import Field, HttpLookup, RedisLookup
 from ..processes import run_bounded
 from .calls import overlaps_and_disorder, peak_concurrency
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("AsyncDataStream: the three waits, metrics, limits")]
 
 SCHEMA = "seq long, order_id long, user_id long"
 

@@ -13,7 +13,7 @@ from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError
 from keyed_async_wait.core.backlog import BacklogPolicy
 from lookup import Field, HttpLookup
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("backlog mode")]
 
 SCHEMA = "seq long, order_id long, user_id long"
 

@@ -21,7 +21,7 @@ from lookup import Field, HttpLookup
 from ..processes import run_bounded
 from .test_parking_stream import SCHEMA, Sink, write_updates
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("chains")]
 
 
 def two_steps(url: str) -> Chain:

@@ -13,7 +13,7 @@ import pytest
 
 from ..processes import run_bounded
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("Spark Connect")]
 
 ROOT = Path(__file__).parents[2]
 

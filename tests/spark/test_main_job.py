@@ -10,7 +10,7 @@ import pytest
 
 from ..processes import run_bounded
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("the main job (kaw-enrich)")]
 
 
 def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from lookup import Field, HttpLookup
 
 from .calls import overlaps_and_disorder
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.compat("options checked at the call")]
 
 P = "spark.sql.exec.async-lookup."
 SCHEMA = "seq long, order_id long, user_id long"

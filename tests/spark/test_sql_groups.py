@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from keyed_async_wait.spark.compat import at_group_boundary
 from sql_ext import groups
-from sql_ext.groups import SharedCalls, at_group_boundary
+from sql_ext.groups import SharedCalls
 
 
 class Call:
@@ -81,3 +82,39 @@ def test_a_boundary_is_a_terminate_from_the_wrappers_eval_and_anything_else_is_t
     assert wrapper.eval() is True
     assert wrapper.terminate() is False
     assert _Udtf().terminate() is False  # called by anything else: the last (the safe side)
+
+
+class _BoundaryProbe:
+    """A UDTF reporting, at each terminate, its task and whether it is a group boundary."""
+
+    def eval(self, row: Any) -> Iterator[tuple[Any, ...]]:
+        return iter(())
+
+    def terminate(self) -> Iterator[tuple[int, bool]]:  # not a generator: it must see its caller
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        return iter([(context.partitionId(), at_group_boundary())])
+
+
+@pytest.mark.spark
+@pytest.mark.compat("SQL table function: groups of a task share one call")
+def test_pysparks_own_wrapper_calls_terminate_as_at_group_boundary_reads_it(spark: Any) -> None:
+    """The one place that leans on pyspark internals (compat.at_group_boundary), checked against
+    the real worker of this pyspark: in each task every terminate but the last is a boundary."""
+    from pyspark.sql.functions import udtf
+
+    from keyed_async_wait.spark.compat import pyspark_version
+
+    if pyspark_version() < (4, 0):
+        pytest.skip("partitioned Python UDTFs need pyspark 4.0 (sql_ext is refused on 3.5)")
+    spark.udtf.register("boundary_probe", udtf(_BoundaryProbe, returnType="task int, boundary boolean"))
+    spark.range(60).selectExpr("id % 12 AS k").createOrReplaceTempView("boundary_input")
+    rows = spark.sql("SELECT * FROM boundary_probe(TABLE(boundary_input) PARTITION BY k)").collect()
+    per_task: dict[int, list[bool]] = {}
+    for row in rows:
+        per_task.setdefault(row.task, []).append(row.boundary)
+    assert sum(len(flags) for flags in per_task.values()) == 12  # one terminate per group
+    for task, flags in per_task.items():
+        assert flags[-1] is False and all(flags[:-1]), f"task {task}: {flags}"
