@@ -1,8 +1,9 @@
 """The compatibility tier's record: which features passed on which pyspark.
 
 With ``KAW_COMPAT_REPORT=FOLDER`` set, a run writes ``FOLDER/pyspark-<version>.json``: the versions
-it ran with and, for each test marked ``compat("feature")``, its outcome. ``python -m tests.compat_report`` turns the
-records under ``docs/compat/`` into the support matrix (``docs/compat/matrix.md``).
+it ran with and, for each test marked ``compat("feature")``, its outcome.
+``python -m tests.compat_report`` turns the records under ``docs/compat/`` into the support matrix
+(``docs/compat/matrix.md``).
 """
 
 from __future__ import annotations

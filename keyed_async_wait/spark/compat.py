@@ -8,6 +8,8 @@ function                       versions    the difference
 =============================  ==========  ===================================================
 :func:`session_settings`       < 4.0       ``spark.conf.getAll`` does not exist: read ``SET``
 :func:`parse_schema`           < 4.0       no ``StructType.fromDDL``: the active session parses
+:func:`observed_progress`      < 4.0       a query's progress is a dict (parsed JSON), not a
+                                           ``StreamingQueryProgress``
 :func:`arrow_type`             < 4.2       ``to_arrow_type`` takes no ``timezone`` (timestamps
                                            are UTC instants there, the same values)
 :func:`arrow_scalar_udf`       < 4.2       no ``arrow_udf``; a pandas UDF cannot return a
@@ -31,6 +33,7 @@ __all__ = [
     "arrow_scalar_udf",
     "arrow_type",
     "at_group_boundary",
+    "observed_progress",
     "parse_schema",
     "pyspark_version",
     "require",
@@ -86,6 +89,21 @@ def parse_schema(ddl: str) -> Any:
     if not isinstance(parsed, StructType):
         raise TypeError(f"{ddl!r} is no list of columns")
     return parsed
+
+
+def observed_progress(progresses: Any) -> list[tuple[int, dict[str, dict[str, Any]]]]:
+    """Each progress of a streaming query (``query.recentProgress``): its micro-batch id and its
+    observed metrics by observation name, each a dict of measure to value (or Connect's
+    ``values``/``schema``)."""
+    out: list[tuple[int, dict[str, dict[str, Any]]]] = []
+    for progress in progresses or []:
+        if isinstance(progress, dict):  # 3.5
+            batch, observed = progress.get("batchId"), progress.get("observedMetrics") or {}
+        else:
+            batch, observed = progress.batchId, progress.observedMetrics or {}
+        rows = {name: row if isinstance(row, dict) else row.asDict() for name, row in observed.items()}
+        out.append((int(batch), rows))
+    return out
 
 
 def arrow_type(data_type: Any, time_zone: str) -> Any:

@@ -12,6 +12,7 @@ from pyspark.sql.types import ArrayType, LongType, StructField, StructType
 
 from ..core.exceptions import ConfigError
 from ..core.latency import LatencyHistogram
+from .compat import observed_progress
 
 __all__ = ["TASK_COLUMN", "AsyncWaitMetrics", "is_connect", "task_struct"]
 
@@ -135,10 +136,9 @@ class AsyncWaitMetrics:
         what its progress reports (the last ``spark.sql.streaming.numRecentProgressUpdates``)."""
         self._query = query
 
-    def _named(self, row: Any) -> dict[str, Any]:
+    def _named(self, named: dict[str, Any]) -> dict[str, Any]:
         """A progress's observed row by measure name (Spark Connect's carries the values in the
         order of the measures, and their schema)."""
-        named = row.asDict()
         if isinstance(named.get("values"), list) and set(named) <= {"values", "schema"}:
             names = [*self.COUNTERS, *self.PEAKS, *(f"h{i}" for i in range(LatencyHistogram.SIZE))]
             return dict(zip(names, named["values"], strict=True))
@@ -149,11 +149,11 @@ class AsyncWaitMetrics:
             return dict(self._observation.get)
         total: dict[str, int] = {}
         seen: set[int] = set()
-        for progress in getattr(self._query, "recentProgress", None) or []:
-            row = (progress.observedMetrics or {}).get(self.name)
-            if row is None or progress.batchId in seen:
+        for batch_id, observed in observed_progress(getattr(self._query, "recentProgress", None)):
+            row = observed.get(self.name)
+            if row is None or batch_id in seen:
                 continue
-            seen.add(progress.batchId)
+            seen.add(batch_id)
             for key, value in self._named(row).items():
                 value = int(value or 0)
                 total[key] = max(total.get(key, 0), value) if key in self.PEAKS else total.get(key, 0) + value

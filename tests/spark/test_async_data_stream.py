@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError, RetryStrategy, split_errors
+from keyed_async_wait.spark.compat import observed_progress
 from lookup import Field, HttpLookup, RedisLookup
 
 from ..processes import run_bounded
@@ -302,7 +303,7 @@ def test_streaming_restart_from_checkpoint_loses_and_repeats_nothing(
     got = sorted(r.seq for r in spark.read.parquet(str(sink)).select("seq").collect())
     assert got == list(range(420))
     assert overlaps_and_disorder(state.calls) == (0, 0)
-    observed = [p.observedMetrics["enrichment"] for p in progress if "enrichment" in p.observedMetrics]
+    observed = [o["enrichment"] for _, o in observed_progress(progress) if "enrichment" in o]
     assert sum(row["rows"] for row in observed) == 420
     assert sum(row["misses"] for row in observed) == 0
 
