@@ -1,6 +1,6 @@
 """Whole Spark jobs (local[2]): the three waits next to the usual alternatives, in one run.
 
-    ./run bench spark_throughput [--rows N] [--quick]
+    ./run bench spark_throughput [--rows N] [--quick] [--json PATH]
 
 A 20 ms HTTP service runs in its own process; each job enriches N rows (2,000 distinct keys)
 with one GET per row and writes to Spark's ``noop`` sink, so every row is really produced.
@@ -12,6 +12,9 @@ Then key_ordered_wait with maxRecordsPerBatch=100, and batched Redis lookups end
 (d) PyFlink's AsyncDataStream, with --pyflink: the script makes an environment of its own for
 it (.venv-pyflink: apache-flink pins pyarrow < 21 and pandas < 2.3) and runs
 benchmarks/pyflink_job.py there, with separate Python workers and a file sink.
+On an older pyspark the jobs it cannot carry are left out and named (the SQL functions before
+4.0 and the scalar one before 4.2, (c) before 4.0); ``spark_versions`` runs this script on the
+oldest and the newest supported pyspark side by side.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from pyspark.sql import functions as F
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, RetryStrategy
+from keyed_async_wait.spark.compat import pyspark_version
 from lookup import Field, HttpLookup, RedisLookup
 from lookup.embedded import redis_url_or_embedded
 
@@ -143,7 +147,11 @@ def main() -> None:
     parser.add_argument("--pyflink", action="store_true", help="also run PyFlink's AsyncDataStream (d)")
     parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
+    parser.add_argument("--json", type=Path, help="also write the figures (rows/s by job) here")
     args = parser.parse_args()
+    import pyspark
+
+    print(f"pyspark {pyspark.__version__}")
     n = 20_000 if args.quick else args.rows
     spark = local_spark()
     results: dict[str, float] = {}
@@ -183,13 +191,17 @@ def main() -> None:
                 local.s = requests.Session()
             return local.s.get(f"{url}/users/{user_id}", timeout=10).json()["name"]
 
-        spark.conf.set("spark.sql.execution.pythonUDF.arrow.concurrency.level", "100")
-        c_n = min(n, 20_000)
-        report(
-            "(c) Arrow UDF, concurrency level 100 (20k)",
-            rows_per_second(lambda: source(spark, c_n).withColumn("name", threaded("user_id")), c_n),
-        )
-        spark.conf.unset("spark.sql.execution.pythonUDF.arrow.concurrency.level")
+        c_label = "(c) Arrow UDF, concurrency level 100 (20k)"
+        if pyspark_version() >= (4, 0):  # the setting is 4.0's; 3.5 would ignore it silently
+            spark.conf.set("spark.sql.execution.pythonUDF.arrow.concurrency.level", "100")
+            c_n = min(n, 20_000)
+            report(
+                c_label,
+                rows_per_second(lambda: source(spark, c_n).withColumn("name", threaded("user_id")), c_n),
+            )
+            spark.conf.unset("spark.sql.execution.pythonUDF.arrow.concurrency.level")
+        else:
+            print(f"  {c_label:<48} left out: pyspark {pyspark.__version__} has no such setting")
 
         pyflink_labels: list[str] = []
         if args.pyflink:
@@ -203,7 +215,8 @@ def main() -> None:
         key_ordered = lambda m=n: AsyncDataStream.key_ordered_wait(  # noqa: E731
             source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=2, **options
         )
-        sql_ext.install(spark, {"users": lookup})
+        if pyspark_version() >= (4, 0):  # sql_ext needs 4.0
+            sql_ext.install(spark, {"users": lookup})
         for key, value in SQL_SETTINGS.items():
             spark.conf.set("spark.sql.exec.async-lookup." + key, value)
 
@@ -232,6 +245,11 @@ def main() -> None:
                 "upsert_key => 'order_id', order_by => 'seq')"
             ),
         }
+        carried = {"SQL scalar users(user_id)": (4, 2), "SQL async_lookup, key-ordered": (4, 0)}
+        for label, needs in carried.items():
+            if pyspark_version() < needs:
+                del jobs[label]
+                print(f"  {label:<48} left out: needs pyspark {'.'.join(map(str, needs))}")
         for job in jobs.values():  # warm the workers up, for everybody alike
             job(2_000).write.format("noop").mode("overwrite").save()
         for label, job in jobs.items():
@@ -250,11 +268,10 @@ def main() -> None:
             "SQL scalar users(user_id)",
             "SQL async_lookup, key-ordered",
         ):
-            bases = [
-                "(a) Python UDF, requests per row (2k slice)",
-                "(c) Arrow UDF, concurrency level 100 (20k)",
-            ]
-            for base in [*bases, *pyflink_labels, best]:
+            if ours not in results:
+                continue
+            bases = ["(a) Python UDF, requests per row (2k slice)", c_label]
+            for base in [b for b in [*bases, *pyflink_labels, best] if b in results]:
                 print(f"  {ours:<18} {results[ours] / results[base]:7.2f}x {base}")
         ratio = results["key_ordered_wait"] / results["unordered_wait"]
         print(f"  key_ordered_wait   {ratio:7.2f}x unordered_wait")
@@ -286,6 +303,8 @@ def main() -> None:
             ),
         )
     spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps({"pyspark": pyspark.__version__, "rows": n, "rows_per_s": results}))
 
 
 if __name__ == "__main__":

@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
+from keyed_async_wait.spark.compat import pyspark_version
+
 from ..processes import run_bounded
 
-pytestmark = [pytest.mark.spark, pytest.mark.compat("Spark Connect")]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.compat("Spark Connect"),
+    pytest.mark.skipif(  # 3.5's server is a Maven package, out of this machine's reach
+        pyspark_version() < (4, 0), reason="pyspark 3.5's wheel carries no Spark Connect server"
+    ),
+]
 
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _connect_server_carried() -> None:
-    from keyed_async_wait.spark.compat import pyspark_version
-
-    if pyspark_version() < (4, 0):  # 3.5's server is a Maven package, out of this machine's reach
-        pytest.skip("pyspark 3.5's wheel carries no Spark Connect server (a Maven package there)")
 
 
 def _client(feature: str, connect_url: str, url: str, *extra: str) -> None:

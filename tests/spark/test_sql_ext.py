@@ -238,6 +238,7 @@ def test_table_function_over_redis_with_an_inner_join(spark: Any, sql: Any, redi
     assert len(out) == 100 and all(r.price == r.sku * 1.5 for r in out)
 
 
+@needs_scalar
 def test_settings_from_spark_conf_reach_the_workers(spark: Any, sql: Any, service: Any) -> None:
     url, state = service
     state.fail(503, count=4)
