@@ -3,7 +3,7 @@
 With ``KAW_COMPAT_REPORT=FOLDER`` set, a run writes ``FOLDER/pyspark-<version>.json``: the versions
 it ran with and, for each test marked ``compat("feature")``, its outcome.
 ``python -m tests.compat_report`` turns the records under ``docs/compat/`` into the support matrix
-(``docs/compat/matrix.md``).
+(``docs/compat/matrix.md``, and the README between its ``compat-matrix`` marks).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Recorder:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        feature = getattr(report, "compat_feature", None)
+        feature = dict(report.user_properties).get("compat_feature")  # carried by xdist too
         if feature is None:
             return
         seen = self.outcomes[feature]
@@ -61,9 +61,10 @@ def feature_of(item: pytest.Item) -> str | None:
     return str(marker.args[0]) if marker.args else item.module.__name__.rsplit(".", 1)[-1]
 
 
-def recorder_from_env() -> Recorder | None:
+def recorder_from_env(config: pytest.Config) -> Recorder | None:
+    """The recorder, in the process that gathers the reports (not in an xdist worker)."""
     path = os.environ.get("KAW_COMPAT_REPORT")
-    return Recorder(Path(path)) if path else None
+    return Recorder(Path(path)) if path and not hasattr(config, "workerinput") else None
 
 
 def matrix(records: list[dict[str, Any]]) -> str:
@@ -105,6 +106,10 @@ def main() -> int:
     (FOLDER / "matrix.md").write_text(
         "# Support matrix (written by `python -m tests.compat_report` from the tier's records)\n\n" + text
     )
+    readme = FOLDER.parents[1] / "README.md"
+    start, end = "<!-- compat-matrix -->\n", "<!-- /compat-matrix -->"
+    before, rest = readme.read_text().split(start, 1)
+    readme.write_text(before + start + text + rest[rest.index(end) :])
     print(text)
     return 0
 

@@ -38,17 +38,16 @@ def service(_service: tuple[str, ServiceState]) -> Iterator[tuple[str, ServiceSt
 def pytest_configure(config: pytest.Config) -> None:
     for line in _old_pyspark_warnings():
         config.addinivalue_line("filterwarnings", line)
-    recorder = recorder_from_env()
+    recorder = recorder_from_env(config)
     if recorder is not None:
         config.pluginmanager.register(recorder, "kaw-compat-report")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    feature = feature_of(item)
-    if feature is not None:
-        outcome.get_result().compat_feature = feature  # type: ignore[attr-defined]
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        feature = feature_of(item)
+        if feature is not None:
+            item.user_properties.append(("compat_feature", feature))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -90,7 +90,7 @@ def test_lookup_limits_hold_in_spark_and_their_counts_reach_the_metrics(spark: A
     metrics = AsyncWaitMetrics(spark)
     limited = user_lookup(url, limits=Limits(adaptive=True, max_concurrency=100))
     out = AsyncDataStream.key_ordered_wait(
-        df, limited, "order_id", order_by="seq", retry=RetryStrategy.fixed_delay(10, 0.01), metrics=metrics
+        df, limited, "order_id", order_by="seq", retry=RetryStrategy.fixed_delay(50, 0.02), metrics=metrics
     ).collect()
     assert sorted(r.seq for r in out) == list(range(600))
     assert overlaps_and_disorder(state.calls) == (0, 0)

@@ -135,6 +135,7 @@ def test_a_chain_registered_for_sql(spark: Any, service: Any) -> None:
         spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
 
 
+@pytest.mark.compat_once
 def test_a_killed_chain_resumes_at_the_step_it_reached(service: Any, redis_url: str, tmp_path: Path) -> None:
     """SIGKILL of the driver while every key's record waits in the second step; the restart
     (other shuffle partitions) re-runs the micro-batch from its input: with the step journal,

@@ -250,6 +250,7 @@ def test_a_missing_version_is_an_error_not_a_fallback_and_accept_loss_says_what_
     assert all(s == sorted(s) for s in sink.per_key().values())
 
 
+@pytest.mark.compat("parked state: verified, carried, drained")
 def test_a_truncated_part_file_is_named_before_any_lookup(spark: Any, service: Any, tmp_path: Path) -> None:
     url, state = service
     state.latency = 0.05
@@ -288,6 +289,7 @@ def test_keep_versions_below_two_is_refused_with_the_reason(spark: Any, tmp_path
         )  # fmt: skip
 
 
+@pytest.mark.compat("parked state: verified, carried, drained")
 def test_a_deferred_backlog_is_carried_not_rewritten_and_drains_after(
     spark: Any, service: Any, tmp_path: Path
 ) -> None:
@@ -318,6 +320,7 @@ def test_a_deferred_backlog_is_carried_not_rewritten_and_drains_after(
     assert sorted({r.order_id for r in sink.rows()}) == [10, 11]
 
 
+@pytest.mark.compat("parked state: verified, carried, drained")
 def test_available_now_reports_what_stays_parked_or_drains_it(
     spark: Any, service: Any, tmp_path: Path, caplog: Any
 ) -> None:

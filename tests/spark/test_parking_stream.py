@@ -152,6 +152,7 @@ def test_defer_parks_keys_through_a_30_second_outage_and_finishes_them_in_order(
     assert calls_keep_key_order(state.calls)
 
 
+@pytest.mark.compat_once
 @pytest.mark.compat(
     "streaming: SIGKILL mid-micro-batch, restarted at another parallelism on the newest pyspark"
 )
