@@ -98,7 +98,7 @@ def observed_progress(progresses: Any) -> list[tuple[int, dict[str, dict[str, An
     out: list[tuple[int, dict[str, dict[str, Any]]]] = []
     for progress in progresses or []:
         if isinstance(progress, dict):  # 3.5
-            batch, observed = progress.get("batchId"), progress.get("observedMetrics") or {}
+            batch, observed = progress["batchId"], progress.get("observedMetrics") or {}
         else:
             batch, observed = progress.batchId, progress.observedMetrics or {}
         rows = {name: row if isinstance(row, dict) else row.asDict() for name, row in observed.items()}
