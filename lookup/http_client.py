@@ -24,6 +24,7 @@ import aiohttp
 import yarl
 
 from .exceptions import BadResponseError, CertificateError, LookupTimeoutError, ServiceUnavailableError
+from .http_options import ClientOptions, tls_context
 from .http_wire import Answer, Transport
 from .secrets import Redactor
 
@@ -58,27 +59,31 @@ def http_client_setting() -> str:
 
 
 def make_transport(
-    method: str, max_connections: int, request_timeout: float, ca_file: str | None
+    method: str, max_connections: int, request_timeout: float, options: ClientOptions, url: str
 ) -> Transport:
-    """The client of the running loop: the lean one (:mod:`.http_lean`) with httptools' parser
-    when it is installed (the ``fast`` extra), else with the Python one; aiohttp for HEAD (the
-    parsers cannot frame a HEAD answer) or when ``KAW_HTTP=aiohttp``."""
+    """The client of the running loop for a lookup of ``url``: the lean one (:mod:`.http_lean`)
+    with httptools' parser when it is installed (the ``fast`` extra), else with the Python one;
+    aiohttp for HEAD (the parsers cannot frame a HEAD answer), through a proxy (explicit or from
+    the environment: the lean client speaks to none), or when ``KAW_HTTP=aiohttp``."""
     setting = http_client_setting()
-    if setting == "aiohttp" or method == "HEAD":
-        return AiohttpTransport(max_connections, request_timeout, ca_file)
+    proxy = options.proxy_for(url)
+    if setting == "aiohttp" or method == "HEAD" or proxy is not None:
+        return AiohttpTransport(max_connections, request_timeout, options)
     from .http_lean import LeanTransport
 
     parser = setting
     if setting == "auto":
         parser = "httptools" if importlib.util.find_spec("httptools") is not None else "python"
-    return LeanTransport(max_connections, request_timeout, ca_file, parser)
+    return LeanTransport(max_connections, request_timeout, options, parser)
 
 
 class AiohttpTransport:
-    """One request through an aiohttp session (redirects not followed: the caller does)."""
+    """One request through an aiohttp session (redirects not followed: the caller does). The
+    environment's proxies apply (``trust_env``); an explicit ``proxy=`` wins over them."""
 
-    def __init__(self, max_connections: int, request_timeout: float, ca_file: str | None) -> None:
-        self.session = make_session(max_connections, request_timeout, ca_file)
+    def __init__(self, max_connections: int, request_timeout: float, options: ClientOptions) -> None:
+        self.session = make_session(max_connections, request_timeout, options)
+        self._proxy = options.proxy
 
     async def request(
         self,
@@ -88,8 +93,9 @@ class AiohttpTransport:
         headers: Mapping[str, str] | None,
         data: Any,
     ) -> Answer:
+        proxy = self._proxy.reveal() if self._proxy is not None else None
         async with self.session.request(
-            method, url, params=params, headers=headers or None, data=data, allow_redirects=False
+            method, url, params=params, headers=headers or None, data=data, allow_redirects=False, proxy=proxy
         ) as response:
             return Answer(response.status, response.headers, await response.read())
 
@@ -97,17 +103,21 @@ class AiohttpTransport:
         await self.session.close()
 
 
-def make_session(max_connections: int, request_timeout: float, ca_file: str | None) -> aiohttp.ClientSession:
-    """A session of the running loop. TLS is always verified; ``ca_file`` adds a CA bundle."""
-    context: Any = True
-    if ca_file is not None:
-        context = ssl.create_default_context(cafile=ca_file)
+def make_session(
+    max_connections: int, request_timeout: float, options: ClientOptions
+) -> aiohttp.ClientSession:
+    """A session of the running loop: TLS verified (the system's CAs plus ``ca_file``, the
+    client certificate for mTLS), the environment's proxies honoured, no cookie jar."""
     # aiohttp's default of 100 connections would silently cap concurrency
-    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=300, ssl=context)
+    connector = aiohttp.TCPConnector(
+        limit=max_connections, limit_per_host=0, ttl_dns_cache=300, ssl=tls_context(options)
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=request_timeout),
         raise_for_status=False,
+        trust_env=True,
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
 
 
@@ -118,11 +128,22 @@ WIRE_URLS = 1024
 
 @functools.lru_cache(maxsize=WIRE_URLS)
 def wire_url(url: str) -> yarl.URL:
-    """The URL as it goes out: non-ASCII and spaces quoted, nothing decoded or normalised.
-    Cached (the last :data:`WIRE_URLS` used): a ``yarl.URL`` is immutable, so callers share it."""
+    """The URL as it goes out: an internationalised host name as IDNA (``xn--...``), non-ASCII
+    and spaces elsewhere quoted, nothing decoded or normalised. Cached (the last
+    :data:`WIRE_URLS` used): a ``yarl.URL`` is immutable, so callers share it."""
     if _NEEDS_QUOTING.search(url) is not None:  # most URLs need none: skip the quoting
-        url = urllib.parse.quote(url, safe=_URL_SAFE)
+        url = urllib.parse.quote(_idna_host(url), safe=_URL_SAFE)
     return yarl.URL(url, encoded=True)
+
+
+def _idna_host(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname
+    if not host or host.isascii():
+        return url
+    ascii_host = yarl.URL.build(scheme="http", host=host).raw_host or host  # IDNA, as yarl does it
+    netloc = re.sub(re.escape(host), ascii_host, parts.netloc, count=1, flags=re.IGNORECASE)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _next_hop(method: str, status: int, data: Any) -> tuple[str, Any]:

@@ -6,10 +6,13 @@ writing the request in one piece and parsing the answer with llhttp (through htt
 ``fast`` extra) spends about 45 us; the Python parser of :mod:`.http_parse`
 adds about 7.5 us (it parses a 250-byte answer in 8.5 us, llhttp in 1 us). It does
 only what a lookup needs: one request at a time per keep-alive connection, answers framed by
-Content-Length, chunks or the connection's close, TLS through the loop. HEAD, proxies and
-cookies are not part of it (``make_transport`` keeps aiohttp for a HEAD lookup). No
-``Accept-Encoding`` is sent; an answer compressed anyway with gzip or deflate is decompressed,
-one in another encoding is passed on as it came (and fails as JSON), as aiohttp does.
+Content-Length, chunks or the connection's close, TLS through the loop (the system's CAs
+plus ``ca_file``, a client certificate for mTLS), every address of a name tried (Happy
+Eyeballs, 250 ms apart), idle connections dropped after :data:`IDLE_SECONDS`. HEAD, proxies and
+cookies are not part of it (``make_transport`` hands a HEAD or proxied lookup to aiohttp). No
+``Accept-Encoding`` is sent; an answer compressed anyway with gzip (every member) or deflate is
+decompressed whole or is an error; one in another encoding is passed on as it came (and fails
+as JSON), as aiohttp does. A ``Host`` header given by the caller is sent instead of the URL's.
 
 Invariants:
 
@@ -18,8 +21,9 @@ Invariants:
   nobody asked for close it. So no request can ever read another request's answer.
 - At most ``max_connections`` connections are open, and at most that many requests are under
   way (a request waits for a slot, inside its timeout, as aiohttp's ``limit``).
-- An answer is complete or an error: a body cut short by a closed connection, a parser error
-  or a connection lost before the answer is a :class:`WireError` (retryable upstream).
+- An answer is complete or an error: a body cut short by a closed or reset connection, a
+  parser error, headers over :data:`MAX_HEADER_BYTES`, a body over :data:`MAX_BODY_BYTES` or a
+  connection lost before the answer is a :class:`WireError` (retryable upstream).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 import yarl
 from multidict import CIMultiDict
 
+from .http_options import ClientOptions, tls_context
 from .http_parse import response_parser
 from .http_wire import Answer
 
@@ -43,11 +48,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (aiohttp brings async-timeout there)
     from async_timeout import timeout as _deadline
 
-__all__ = ["LeanTransport", "WireError"]
+__all__ = ["IDLE_SECONDS", "MAX_BODY_BYTES", "MAX_HEADER_BYTES", "LeanTransport", "WireError"]
+
+#: an idle kept-alive connection older than this is closed, not used: servers commonly drop
+#: theirs after 5 s, and a POST must not meet a connection the server just closed
+IDLE_SECONDS = 4.0
+MAX_HEADER_BYTES = 64 * 1024  # an answer's header block, as aiohttp bounds it
+MAX_BODY_BYTES = 256 * 1024 * 1024  # an answer's body (decoded too)
+_HAPPY_EYEBALLS_DELAY = 0.25  # RFC 8305's recommended value, aiohttp's too
 
 _USER_AGENT = "keyed-async-wait"
 # framing is ours: a header the caller gives with one of these names is not sent
-_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 # methods a request may be sent again for when a kept-alive connection turned out closed
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
 
@@ -71,6 +83,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[Answer] | None = None
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
+        self._header_bytes = 0
+        self._body_bytes = 0
         self._in_body = False  # the answer's headers are complete, its body under way
         self._got_bytes = False
         self.reusable = False
@@ -96,8 +110,10 @@ class _Connection(asyncio.Protocol):
         self._on_lost()
         if self._waiter is None or self._waiter.done():
             return
-        if self._in_body and self._framed_by_close():
+        if self._in_body and self._framed_by_close() and exc is None:
             self._complete(reusable=False)
+        elif exc is not None and self._got_bytes:  # a reset: whatever came may be cut short
+            self._fail(WireError(f"the connection was reset before the whole answer came ({exc})"))
         elif not self._got_bytes:
             self._fail(_Stale("the connection was closed before the answer"))
         else:
@@ -110,6 +126,10 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > MAX_HEADER_BYTES:
+            self._fail(WireError(f"the answer's headers are over {MAX_HEADER_BYTES} bytes"))
+            return
         # llhttp keeps a value's trailing whitespace
         self._headers.append((name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")))
 
@@ -127,11 +147,16 @@ class _Connection(asyncio.Protocol):
         return "content-length" not in framing and codings[-1].strip() != "chunked"
 
     def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > MAX_BODY_BYTES:
+            self._fail(WireError(f"the answer's body is over {MAX_BODY_BYTES} bytes"))
+            return
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self._parser.get_status_code() < 200:  # an interim answer (103): the real one follows
             self._headers, self._body, self._in_body = [], [], False
+            self._header_bytes = self._body_bytes = 0
             return
         self._complete(reusable=self._parser.should_keep_alive())
 
@@ -158,6 +183,7 @@ class _Connection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         pairs, parts = self._headers, self._body
         self._headers, self._body, self._in_body = [], [], False
+        self._header_bytes = self._body_bytes = 0
         if waiter is None or waiter.done():  # an answer nobody asked for
             self.close()
             return
@@ -167,7 +193,7 @@ class _Connection(asyncio.Protocol):
             encoding = encodings[-1]
             try:
                 body = _decoded(body, encoding.strip().lower())
-            except zlib.error as exc:
+            except (zlib.error, ValueError) as exc:
                 self._fail(WireError(f"answer not decodable as {encoding}: {exc}"), waiter)
                 return
         answer = Answer(self._parser.get_status_code(), headers, body)
@@ -182,21 +208,45 @@ class _Connection(asyncio.Protocol):
 
 
 def _decoded(body: bytes, encoding: str) -> bytes:
+    """The whole body decoded: every gzip member, nothing left over (trailing bytes, a stream
+    cut short or a body decoding past :data:`MAX_BODY_BYTES` raise)."""
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        parts, rest = [], body
+        while True:
+            part, rest = _inflate(rest, 16 + zlib.MAX_WBITS)
+            parts.append(part)
+            if not rest:
+                return b"".join(parts)
+            if not rest.startswith(b"\x1f\x8b"):
+                raise ValueError(f"{len(rest)} bytes after the gzip data")
     if encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some servers send it
         try:
-            return zlib.decompress(body)
+            data, rest = _inflate(body, zlib.MAX_WBITS)
         except zlib.error:
-            return zlib.decompress(body, -zlib.MAX_WBITS)
+            data, rest = _inflate(body, -zlib.MAX_WBITS)
+        if rest:
+            raise ValueError(f"{len(rest)} bytes after the deflate data")
+        return data
     return body
+
+
+def _inflate(data: bytes, wbits: int) -> tuple[bytes, bytes]:
+    """One compressed stream of ``data``: what it decodes to, and the bytes after it."""
+    stream = zlib.decompressobj(wbits)
+    out = stream.decompress(data, MAX_BODY_BYTES + 1)
+    if len(out) > MAX_BODY_BYTES:
+        raise ValueError(f"decodes to over {MAX_BODY_BYTES} bytes")
+    if not stream.eof:
+        raise ValueError("the compressed data is cut short")
+    return out, stream.unused_data
 
 
 def request_bytes(method: str, url: yarl.URL, headers: Mapping[str, str] | None, body: bytes | None) -> bytes:
     """The request as it goes on the wire; a header name or value that would break the framing
     (a line break or NUL) is refused, as aiohttp refuses it."""
-    lines = [f"{method} {url.raw_path_qs} HTTP/1.1\r\nHost: {url.host_port_subcomponent}\r\n"]
     given = {name.lower() for name in headers} if headers else set()
+    host = url.host_port_subcomponent if "host" not in given else None  # the caller's Host wins
+    lines = [f"{method} {url.raw_path_qs} HTTP/1.1\r\n" + (f"Host: {host}\r\n" if host else "")]
     if "user-agent" not in given:
         lines.append(f"User-Agent: {_USER_AGENT}\r\n")
     if "accept" not in given:
@@ -219,14 +269,19 @@ class LeanTransport:
     """Keep-alive connections per origin, at most ``max_connections`` open; see the module."""
 
     def __init__(
-        self, max_connections: int, request_timeout: float, ca_file: str | None, parser: str = "httptools"
+        self,
+        max_connections: int,
+        request_timeout: float,
+        options: ClientOptions | None = None,
+        parser: str = "httptools",
     ) -> None:
         self._parser, self._parse_errors = response_parser(parser)
         self._max = max_connections
         self._timeout = request_timeout
-        self._ca_file = ca_file
+        self._options = options or ClientOptions()
         self._slots = asyncio.Semaphore(max_connections)
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        # idle connections per origin, each with the loop time it became idle
+        self._idle: dict[tuple[str, str, int], list[tuple[float, _Connection]]] = {}
         self._open = 0
         self._tls: ssl.SSLContext | None = None
         self._closed = False
@@ -267,7 +322,7 @@ class LeanTransport:
         self._closed = True
         idle, self._idle = self._idle, {}
         for conns in idle.values():
-            for conn in conns:
+            for _, conn in conns:
                 conn.close()
         if self._open > 0:
             self._all_closed = asyncio.Event()
@@ -281,15 +336,20 @@ class LeanTransport:
             conn.abort()  # an answer may still come: nobody may read it
             raise
         if conn.reusable and not self._closed:
-            self._idle.setdefault(origin, []).append(conn)
+            self._idle.setdefault(origin, []).append((asyncio.get_running_loop().time(), conn))
         else:
             conn.close()
         return answer
 
     def _idle_connection(self, origin: tuple[str, str, int]) -> _Connection | None:
         idle = self._idle.get(origin)
+        if not idle:
+            return None
+        expired = asyncio.get_running_loop().time() - IDLE_SECONDS
+        while idle and idle[0][0] < expired:  # oldest first: the server may have closed them
+            idle.pop(0)[1].close()
         while idle:
-            conn = idle.pop()
+            _, conn = idle.pop()
             if not conn.lost:
                 return conn
         return None
@@ -308,6 +368,7 @@ class LeanTransport:
                 port,
                 ssl=tls,
                 server_hostname=host if tls else None,
+                happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY,
             )
         except BaseException:
             self._open -= 1
@@ -322,10 +383,10 @@ class LeanTransport:
     def _close_one_idle(self) -> None:
         for conns in self._idle.values():
             if conns:
-                conns.pop(0).close()
+                conns.pop(0)[1].close()
                 return
 
     def _context(self) -> ssl.SSLContext:
-        if self._tls is None:  # TLS is always verified; ca_file adds a CA bundle
-            self._tls = ssl.create_default_context(cafile=self._ca_file)
+        if self._tls is None:
+            self._tls = tls_context(self._options)
         return self._tls

@@ -7,6 +7,7 @@ import base64
 import email.utils
 import json
 import time
+import urllib.parse
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from .exceptions import (
 from .fast_json import loads
 from .fields import Field
 from .http_client import http_client_setting, make_transport, send
+from .http_options import ClientOptions
 from .http_wire import Answer, Transport
 from .limits import Limits
 from .secrets import Redactor, Secret, split_userinfo
@@ -124,6 +126,9 @@ class HttpLookup(Lookup):
         basic_auth: tuple[str, str | Secret] | None = None,
         basic_auth_env: tuple[str, str] | None = None,
         ca_file: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        proxy: str | Secret | None = None,
         request_timeout: float = 10.0,
         max_connections: int = 1000,
         miss_statuses: Sequence[int] = (404, 204),
@@ -179,6 +184,9 @@ class HttpLookup(Lookup):
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.ca_file = ca_file
+        self.client_options = ClientOptions(
+            ca_file, client_cert, client_key, Secret(proxy) if isinstance(proxy, str) else proxy
+        )
         self._json_templates: dict[str, Template] = {}
         self._authorization = self._authorization_header()
         self._redactor = Redactor(self._secret_texts())
@@ -199,6 +207,8 @@ class HttpLookup(Lookup):
         ]
         if self._bearer is not None:
             texts.append(self._bearer.reveal())
+        if self.client_options.proxy is not None:  # a proxy URL may carry a user and password
+            texts += _proxy_secrets(self.client_options.proxy.reveal())
         if self._basic is not None:
             user, password = self._basic[0], self._basic[1]
             assert password is not None
@@ -225,7 +235,13 @@ class HttpLookup(Lookup):
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> Transport:
-        return make_transport(self.method, self.max_connections, self.request_timeout, self.ca_file)
+        return make_transport(
+            self.method,
+            self.max_connections,
+            self.request_timeout,
+            self.client_options,
+            self.batch_url or self.url.text,
+        )
 
     async def _close_client(self, client: Transport) -> None:
         await client.aclose()
@@ -401,3 +417,9 @@ def _credentials(
         assert password is not None
         basic = (basic_auth[0], password)
     return _secret(bearer_token), basic
+
+
+def _proxy_secrets(proxy: str) -> list[str]:
+    """What of a proxy URL is secret: the URL itself and its password."""
+    password = urllib.parse.urlsplit(proxy).password
+    return [proxy, *([password] if password else [])]

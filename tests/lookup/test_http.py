@@ -21,6 +21,7 @@ from lookup import (
 )
 from lookup.http_client import AiohttpTransport, make_transport
 from lookup.http_lean import LeanTransport
+from lookup.http_options import ClientOptions
 from lookup.service import free_port, profile_of
 
 from ..core.helpers import run
@@ -282,7 +283,10 @@ def test_the_client_setting_is_checked_when_the_lookup_is_made(monkeypatch: pyte
 
 def test_head_goes_through_aiohttp_as_the_parsers_cannot_frame_its_answer(http_client: str) -> None:
     async def kinds() -> tuple[type, type]:
-        head, get = make_transport("HEAD", 10, 1.0, None), make_transport("GET", 10, 1.0, None)
+        head, get = (
+            make_transport("HEAD", 10, 1.0, ClientOptions(), "http://x/"),
+            make_transport("GET", 10, 1.0, ClientOptions(), "http://x/"),
+        )
         await head.aclose()
         await get.aclose()
         return type(head), type(get)
