@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,12 +70,27 @@ class Limits:
     shared: SharedRate | None = None
 
     def __post_init__(self) -> None:
-        Gate(self)  # every setting checked when made, not in a task
+        # every setting checked when made, not in a task, by the name the caller wrote
+        keys_rate, failures = self.keys_rate, self.breaker_failures
+        if keys_rate is not None:
+            _as_named({"rate": "keys_rate"}, lambda: TokenBucket(keys_rate, self.burst))
+        if failures is not None:
+            names = {"failures": "breaker_failures", "cool_off": "breaker_cool_off"}
+            _as_named(names, lambda: CircuitBreaker(failures, self.breaker_cool_off))
+        Gate(self)
         if self.shared is not None:
             if not isinstance(self.shared, SharedRate):
                 raise ConfigError("shared", self.shared, "a SharedRate(url, name), or None")
             if self.rate is None and self.keys_rate is None:
                 raise ConfigError("shared", self.shared, "None unless rate= or keys_rate= is given")
+
+
+def _as_named(names: dict[str, str], make: Callable[[], object]) -> None:
+    """``make()``, its ConfigError naming the parameter as :class:`Limits` calls it."""
+    try:
+        make()
+    except ConfigError as exc:
+        raise ConfigError(names.get(exc.name, exc.name), exc.value, exc.allowed) from None
 
 
 @dataclass

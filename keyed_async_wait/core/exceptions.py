@@ -38,6 +38,16 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def describe_record(key: Any, record: Any) -> str:
+    """A record for a message: by its key, or (in the modes without one) by a short rendering of
+    its values, so that an error always says which record."""
+    if key is not None:
+        return f"record with key {_short(key)}"
+    if isinstance(record, dict):  # the operator's own fields (a chain's progress) are no input
+        record = {k: v for k, v in record.items() if not str(k).startswith("_kaw")}
+    return f"record {_short(record)}"
+
+
 class KeyedAsyncWaitError(Exception):
     """Base class of every error raised by ``keyed_async_wait``."""
 
@@ -89,7 +99,7 @@ class RecordFailedError(KeyedAsyncWaitError):
         self.record = record
         self.reason = reason
         super().__init__(
-            f"record with key {_short(key)} failed after {attempts} attempt"
+            f"{describe_record(key, record)} failed after {attempts} attempt"
             f"{'' if attempts == 1 else 's'}: {reason}"
         )
 

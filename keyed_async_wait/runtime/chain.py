@@ -81,8 +81,9 @@ class StepError(KeyedAsyncWaitError):
 class _Batcher:
     """Gathers the records that reach a batching step together into one batch call."""
 
-    def __init__(self, call_batch: Any, size: int, linger: float) -> None:
+    def __init__(self, call_batch: Any, size: int, linger: float, stats: StepStats) -> None:
         self._call_batch, self._size, self._linger = call_batch, size, linger
+        self._stats = stats  # its batch calls are counted there
         self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
         self._timer: asyncio.Handle | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -110,6 +111,7 @@ class _Batcher:
         live = [(view, future) for view, future in batch if not future.done()]
         if live:
             self.batches += 1
+            self._stats.batches += 1
             task = asyncio.get_running_loop().create_task(self._run(live))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -235,7 +237,7 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
     async def open(self) -> None:
         self._adapters = [adapt_function(step.function) for step in self.steps]
         self._batchers = {
-            step.name: _Batcher(adapter.call_batch, self.batch_size, self.linger)
+            step.name: _Batcher(adapter.call_batch, self.batch_size, self.linger, self.stats[step.name])
             for step, adapter in zip(self.steps, self._adapters, strict=True)
             if adapter.call_batch is not None
         }

@@ -236,6 +236,7 @@ def test_a_batching_step_gets_the_records_that_reach_it_together() -> None:
     assert len(failed) == 1 and "step 'b'" in failed[0].error_message
     assert sum(batching.batches) == 20 and max(batching.batches) == 8 and len(batching.batches) <= 4
     assert chain.stats["b"].failures == 1 and chain.stats["b"].calls == 20
+    assert chain.stats["b"].batches == len(batching.batches) and chain.stats["a"].batches == 0
 
 
 def test_step_errors_name_the_step_and_keep_retryable() -> None:

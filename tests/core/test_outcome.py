@@ -195,3 +195,11 @@ def test_a_deferral_older_than_its_maximum_age_is_emitted_not_parked_again(
         assert isinstance(decision, Park)
         assert decision.info.deferrals == deferrals + 1
         assert decision.info.attempts == 3 + attempts
+
+
+def test_an_error_of_a_record_without_a_key_names_the_record_by_its_values() -> None:
+    timeout = RecordTimeoutError(None, 1, {"order_id": 7, "seq": 3, "_kaw_chain": object()}, 0.5)
+    assert str(timeout).startswith("record {'order_id': 7, 'seq': 3} failed after 1 attempt: timed out")
+    failed = RecordFailedError(None, 2, {"n": "x" * 500}, "boom")
+    assert str(failed).startswith("record {'n': 'xxx") and len(str(failed)) < 200
+    assert str(RecordFailedError(5, 1, {"n": 1}, "boom")).startswith("record with key 5 failed")

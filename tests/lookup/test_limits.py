@@ -112,3 +112,18 @@ def test_limits_are_checked_when_made() -> None:
     with pytest.raises(ConfigError, match="limits="):
         HttpLookup("http://127.0.0.1:1/u/{id}", limits=5)  # type: ignore[arg-type]
     assert CircuitOpenError.retryable is False
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"keys_rate": -5}, "keys_rate=-5 is not allowed"),
+        ({"rate": 0}, "rate=0 is not allowed"),
+        ({"rate": 5, "burst": -1}, "burst=-1 is not allowed"),
+        ({"breaker_failures": 0}, "breaker_failures=0 is not allowed"),
+        ({"breaker_failures": 3, "breaker_cool_off": -2}, "breaker_cool_off=-2 is not allowed"),
+    ],
+)
+def test_a_bad_limit_is_named_as_the_caller_wrote_it(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        Limits(**options)
