@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,26 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 _EXACT: dict[str, type] = {"string": str, "int": int, "float": float, "bool": bool}  # as given
 _ABSENT: Any = object()  # a path that is not in the answer (unlike a JSON null)
+
+# a typed field over a store whose values are strings (Redis hashes, decode="raw") reads the
+# string as the JSON literal of its type, and nothing else: no spaces, signs, or other spellings
+_LITERALS: dict[str, re.Pattern[str]] = {
+    "int": re.compile(r"-?(?:0|[1-9][0-9]*)"),
+    "float": re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"),
+    "bool": re.compile(r"true|false"),
+}
+
+
+def parse_literal(text: str, ftype: str) -> Any:
+    """``text`` as a value of ``ftype`` (int, float, bool) by the strict rule above; raises
+    ValueError naming what is allowed."""
+    if _LITERALS[ftype].fullmatch(text) is None:
+        allowed = {"int": "digits, an optional '-'", "float": "a JSON number", "bool": "true or false"}
+        raise ValueError(f"{text!r} is not {ftype} ({allowed[ftype]}, nothing around it)")
+    if ftype == "bool":
+        return text == "true"
+    return int(text) if ftype == "int" else float(text)
+
 
 SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean", "json": "string"}
 
@@ -71,8 +92,10 @@ class FieldMapper:
         fields: Sequence[Field | str | tuple[str, str]] | None,
         result_path: str | None = None,
         body_limit: int = BODY_LIMIT,
+        from_strings: bool = False,
     ):
         self.fields = tuple(_parse(f) for f in fields) if fields else None
+        self.from_strings = from_strings  # the store's values are strings: typed fields parse them
         self.result_path = result_path
         self.body_limit = body_limit  # how much of an answer an error may show
         self._compiled = [
@@ -178,6 +201,18 @@ class FieldMapper:
                 out[name] = None
                 continue
             kind = type(found)
+            if self.from_strings and kind is str and ftype in _LITERALS:
+                try:
+                    found = parse_literal(found, ftype)
+                except ValueError as why:
+                    raise BadResponseError(
+                        f"field {name!r}: {why}",
+                        lookup_key=lookup_key,
+                        service=service,
+                        body=repr(value),
+                        body_limit=self.body_limit,
+                    ) from None
+                kind = type(found)
             if ftype == "string":
                 ok = kind is str
             elif ftype == "float":

@@ -97,6 +97,8 @@ class RedisLookup(Lookup):
         self.command = command
         self.decode = decode
         self.hash_fields = list(hash_fields or [])
+        # a hash's values and a raw value are strings: typed fields read them as literals
+        self.mapper.from_strings = command != "GET" or decode == "raw"
         self.db = db
         self.password_env = password_env
         self.max_connections = max_connections

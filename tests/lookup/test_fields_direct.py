@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -85,3 +86,26 @@ def test_mapping_a_batch_equals_mapping_each_answer(fields: list[Field], answers
 
     batch, one_by_one = outcome(lambda: mapper.map_all(answers, keys, "svc")), outcome(each)
     assert repr(batch) == repr(one_by_one)  # repr: an int is not a float, errors compared by text
+
+
+@given(st.integers())
+def test_an_int_literal_reads_back_exactly(n: int) -> None:
+    from lookup.fields import parse_literal
+
+    assert parse_literal(str(n), "int") == n
+    assert parse_literal(json.dumps(float(n % 10**15) / 4), "float") == float(n % 10**15) / 4
+
+
+@given(st.text(max_size=6))
+def test_a_string_is_an_int_only_as_jsons_int_literal(text: str) -> None:
+    from lookup.fields import parse_literal
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    is_literal = type(value) is int and json.dumps(value) in (text, text.removeprefix("-"))  # -0 too
+    try:
+        assert parse_literal(text, "int") == value and is_literal
+    except ValueError:
+        assert not is_literal

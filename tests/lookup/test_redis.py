@@ -187,3 +187,23 @@ def test_more_calls_in_flight_than_connections_wait_for_one(db: redis.Redis, red
     pairs = run(lookup_all(fn, records, capacity=60, batch_size=None))
     assert len(pairs) == 200
     assert all(results == [{"price": r["sku"] * 1.5}] for r, results in pairs)
+
+
+def test_typed_fields_over_a_hash_read_its_strings_exactly(db: redis.Redis, redis_url: str) -> None:
+    db.hset("typed:1", mapping={"name": "ann", "tier": "3", "score": "2.5e1", "vip": "true"})
+    for bad, value in (("t:three", "three"), ("t:half", "3.5"), ("t:space", " 3"), ("t:plus", "+3")):
+        db.hset(bad, mapping={"name": "x", "tier": value, "score": "1", "vip": "false"})
+    fields = [Field("name"), Field("tier", "int"), Field("score", "float"), Field("vip", "bool")]
+    fn = RedisLookup(redis_url, "{k}", command="HGETALL", fields=fields)
+    out = run(lookup_all(fn, [{"order_id": 1, "k": "typed:1"}]))
+    assert out[0][1] == [{"name": "ann", "tier": 3, "score": 25.0, "vip": True}]
+    for bad, value in (("t:three", "three"), ("t:half", "3.5"), ("t:space", " 3"), ("t:plus", "+3")):
+        fn = RedisLookup(redis_url, "{k}", command="HGETALL", fields=fields)
+        with pytest.raises(RecordFailedError) as failure:
+            run(lookup_all(fn, [{"order_id": 1, "k": bad}]))
+        text = str(failure.value.__cause__)
+        assert f"field 'tier': {value!r} is not int" in text and bad in text, text
+    raw = RedisLookup(redis_url, "raw:{id}", decode="raw", fields=[Field("n", "int", path="n")])
+    assert raw.mapper.from_strings
+    json_get = RedisLookup(redis_url, "price:{sku}", fields=[Field("price", "float")])
+    assert not json_get.mapper.from_strings  # JSON values carry their own types
