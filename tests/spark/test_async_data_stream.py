@@ -356,3 +356,19 @@ def test_one_loop_and_one_function_instance_per_worker_process(spark: Any) -> No
         per_pid[r.pid].add((r.instance, r.loop))
     assert 1 <= len(per_pid) < 8  # fewer workers than tasks: workers were reused
     assert all(len(served) == 1 for served in per_pid.values())  # reused across that worker's tasks
+
+
+def test_a_result_that_does_not_fit_lands_in_the_error_column_with_the_other_rows_kept(spark: Any) -> None:
+    async def fn(record: dict[str, Any]) -> dict[str, Any]:
+        return {"v": 5.7 if record["id"] % 7 == 0 else record["id"]}
+
+    df = spark.range(50).repartition(2)
+    for wait in (AsyncDataStream.ordered_wait, AsyncDataStream.unordered_wait):
+        rows = wait(df, fn, output_schema="v bigint", error_column="_err").collect()
+        assert sorted(r.id for r in rows) == list(range(50))
+        for r in rows:
+            if r.id % 7 == 0:
+                assert r.v is None and r._err.error_type == "ResultSchemaError"
+                assert "cannot hold 5.7" in r._err.error_message
+            else:
+                assert r.v == r.id and r._err is None

@@ -6,6 +6,7 @@ output row carries exactly its input row's columns."""
 from __future__ import annotations
 
 import random
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -171,3 +172,27 @@ def test_a_plain_chunk_gives_the_same_batch_as_the_item_by_item_path() -> None:
     assert out_a.column("seq").to_pylist() == list(range(49, -1, -1))
     assert out_a.column("error").null_count == 50
     assert not fast._batches and not slow._batches
+
+
+@pytest.mark.parametrize(
+    ("odd", "says"),
+    [
+        ({"v": 5.7}, r"result column 'v' \(int64\) cannot hold 5\.7 for the record with key 5"),
+        ({"v": 1, "w": 2}, r"result column 'w' is not in the output schema.*key 5"),
+        ({}, r"result column 'v' is missing.*key 5"),
+        ([1], r"a result must be a dict.*key 5"),
+    ],
+)
+def test_with_an_error_column_a_result_that_does_not_fit_is_that_rows_error(odd: Any, says: str) -> None:
+    source = RowSource(plan("left", errors=True))
+    (rows,) = source.chunks([batch(0, 10)])
+    chunk = [(r, [odd if r["seq"] == 5 else {"v": r["seq"]}]) for r in rows]
+    out = source.assemble(chunk).to_pylist()
+    assert [r["seq"] for r in out] == list(range(10))  # every row kept, in its place
+    for row in out:
+        if row["seq"] == 5:
+            assert row["v"] is None and row["error"]["error_type"] == "ResultSchemaError"
+            assert re.search(says, row["error"]["error_message"]), row["error"]["error_message"]
+        else:
+            assert row["v"] == row["seq"] and row["error"] is None
+    assert not source._batches  # every row released
