@@ -146,8 +146,9 @@ def snapshot_of(entries: Iterable[Any], pending: Iterable[Any], max_parallelism:
             watermarks.append((0, entry.seq, entry.record))
             continue
         key = entry.key if entry.key is not None else freeze(entry.record)
-        rest = None
-        if entry.emitted and entry.results is not None:
+        rest = None  # what is left of a finished record: it is not invoked again (a step that
+        # writes must not run twice); a parked or failed record runs again
+        if entry.results is not None and entry.failure is None:
             rest = tuple(entry.results[entry.emitted :])
         check_picklable(entry.key, entry.record, rest)
         group = key_group_for(key, max_parallelism)

@@ -169,3 +169,35 @@ def test_stable_hash_is_the_same_in_every_process() -> None:
         assert out.stdout.strip() == str(here)
     assert stable_hash(1) == stable_hash(1.0) == stable_hash(True)
     assert stable_hash("1") != stable_hash(1)
+
+
+def test_a_finished_record_not_yet_handed_out_is_not_invoked_again_after_a_restore() -> None:
+    """Ordered: record 1 finished behind a slow record 0 when the snapshot was taken. The
+    restored operator hands out record 1's results without calling the function for it."""
+    calls: list[int] = []
+    release = asyncio.Event()
+
+    async def fn(record: dict[str, Any]) -> Any:
+        calls.append(record["id"])
+        if record["id"] == 0 and len(calls) < 3:  # the first run's call of 0 never ends
+            await release.wait()
+        return {"id": record["id"], "v": record["id"] * 10}
+
+    async def first() -> OperatorSnapshot:
+        op = KeyedAsyncWaitOperator(fn, mode=OutputMode.ORDERED, capacity=4)
+        async with aclosing(op.process([{"id": 0}, {"id": 1}])) as outputs:
+            task = asyncio.ensure_future(outputs.__anext__())
+            await until(lambda: calls == [0, 1] and op.stats.inside == 2)
+            await asyncio.sleep(0)  # record 1's result is in
+            snap = op.snapshot()
+            task.cancel()
+            with suppress(asyncio.CancelledError, StopAsyncIteration):
+                await task
+            return snap
+
+    snap = run(first())
+    op = KeyedAsyncWaitOperator(fn, mode=OutputMode.ORDERED, capacity=4)
+    op.restore(snap)
+    out = run(collect(op, []))
+    assert out == [{"id": 0, "v": 0}, {"id": 1, "v": 10}]
+    assert calls == [0, 1, 0]  # 0 ran again (it had not finished); 1 did not
