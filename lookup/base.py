@@ -13,7 +13,7 @@ from keyed_async_wait.runtime.function import AsyncFunction
 from .batched import BatchedLookups
 from .cache import MISS, PartialCache
 from .columnar import ColumnarLookups
-from .exceptions import BODY_LIMIT
+from .exceptions import BODY_LIMIT, LookupOptionError
 from .fields import Field, FieldMapper
 from .limits import Gate, Limits, ThrottleStats
 from .parts import LookupStats, suspend
@@ -47,7 +47,9 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         limits: Limits | None = None,
     ) -> None:
         if error_body_chars < 0:
-            raise ValueError(f"error_body_chars={error_body_chars}; allowed: an integer >= 0")
+            raise LookupOptionError(
+                "error_body_chars", f"error_body_chars={error_body_chars}; allowed: an integer >= 0"
+            )
         self.error_body_chars = error_body_chars  # how much of an answer an error may show
         self.mapper = FieldMapper(fields, result_path, error_body_chars)
         self.cache = cache

@@ -8,6 +8,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .exceptions import LookupOptionError
+
 __all__ = ["MISS", "PartialCache"]
 
 
@@ -44,13 +46,19 @@ class PartialCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_rows < 1:
-            raise ValueError(f"lookup.partial-cache.max-rows={max_rows}; allowed: an integer >= 1")
+            raise LookupOptionError(
+                "lookup.partial-cache.max-rows",
+                f"lookup.partial-cache.max-rows={max_rows}; allowed: an integer >= 1",
+            )
         for name, value in (
             ("expire-after-write", expire_after_write),
             ("expire-after-access", expire_after_access),
         ):
             if value is not None and value <= 0:
-                raise ValueError(f"lookup.partial-cache.{name}={value}; allowed: seconds > 0, or unset")
+                raise LookupOptionError(
+                    f"lookup.partial-cache.{name}",
+                    f"lookup.partial-cache.{name}={value}; allowed: seconds > 0, or unset",
+                )
         self.max_rows = max_rows
         self.expire_after_write = expire_after_write
         self.expire_after_access = expire_after_access

@@ -15,6 +15,9 @@
     │                                         trusted (give ca_file=)
     └── TemplateError (KeyError)              the record lacks a field a template names not retryable
 
+    keyed_async_wait.ConfigError (ValueError)
+    └── LookupOptionError                     a bad option of a lookup, when it is made; names it
+
 No message holds a secret (a token, a password, a secret header or parameter): the lookups
 redact them before an error is made, and chain the client's own error only when it holds none.
 
@@ -26,10 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from keyed_async_wait.core.exceptions import ConfigError, KeyedAsyncWaitError
+
 __all__ = [
     "BadResponseError",
     "CertificateError",
     "CircuitOpenError",
+    "LookupOptionError",
     "LookupServiceError",
     "LookupTimeoutError",
     "RateLimitedError",
@@ -144,3 +150,13 @@ class TemplateError(LookupServiceError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class LookupOptionError(ConfigError):
+    """A lookup's option is not allowed: raised when the lookup is made (on the driver), its
+    message naming the option and what is allowed. A ``ConfigError`` (and a ``ValueError``), as
+    every bad option of this library is."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name, self.value, self.allowed = name, None, message
+        KeyedAsyncWaitError.__init__(self, message)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import BODY_LIMIT, BadResponseError
+from .exceptions import BODY_LIMIT, BadResponseError, LookupOptionError
 
 __all__ = ["Field", "FieldMapper"]
 
@@ -63,9 +63,11 @@ class Field:
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
-            raise ValueError(f"field {self.name!r}: type={self.type!r}; allowed: {', '.join(_TYPES)}")
+            raise LookupOptionError(
+                "field", f"field {self.name!r}: type={self.type!r}; allowed: {', '.join(_TYPES)}"
+            )
         if self.required and self.optional:
-            raise ValueError(f"field {self.name!r}: required and optional exclude each other")
+            raise LookupOptionError("field", f"field {self.name!r}: required and optional exclude each other")
 
     @property
     def spark_type(self) -> str:

@@ -23,7 +23,13 @@ from typing import Any
 import aiohttp
 import yarl
 
-from .exceptions import BadResponseError, CertificateError, LookupTimeoutError, ServiceUnavailableError
+from .exceptions import (
+    BadResponseError,
+    CertificateError,
+    LookupOptionError,
+    LookupTimeoutError,
+    ServiceUnavailableError,
+)
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer, Transport
 from .secrets import Redactor
@@ -54,7 +60,7 @@ def http_client_setting() -> str:
     ``httptools`` or ``python`` (the lean client with that parser), or ``aiohttp``."""
     value = os.environ.get("KAW_HTTP", "auto").strip().lower() or "auto"
     if value not in HTTP_CLIENTS:
-        raise ValueError(f"KAW_HTTP={value!r}; allowed: {', '.join(HTTP_CLIENTS)}")
+        raise LookupOptionError("KAW_HTTP", f"KAW_HTTP={value!r}; allowed: {', '.join(HTTP_CLIENTS)}")
     return value
 
 

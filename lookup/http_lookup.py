@@ -16,6 +16,7 @@ from .cache import PartialCache
 from .exceptions import (
     BODY_LIMIT,
     BadResponseError,
+    LookupOptionError,
     RateLimitedError,
     ServiceUnavailableError,
     snippet,
@@ -149,7 +150,9 @@ class HttpLookup(Lookup):
         )
         url, userinfo = split_userinfo(url)
         if userinfo is not None and (basic_auth is not None or basic_auth_env is not None):
-            raise ValueError("credentials in the URL and basic_auth=: give them once, as basic_auth=")
+            raise LookupOptionError(
+                "basic_auth", "credentials in the URL and basic_auth=: give them once, as basic_auth="
+            )
         self.url = Template(url, url_quote=True)
         self.method = method.upper()
         self.params = {k: Template(v) for k, v in (params or {}).items() if not isinstance(v, Secret)}
@@ -163,12 +166,14 @@ class HttpLookup(Lookup):
         }
         self.json_body = json_body
         if batch_response not in ("map", "list"):
-            raise ValueError(f"batch_response={batch_response!r}; allowed: 'map', 'list'")
+            raise LookupOptionError(
+                "batch_response", f"batch_response={batch_response!r}; allowed: 'map', 'list'"
+            )
         if key is None and len(self.url.fields) == 1:
             key = "{" + self.url.fields[0] + "}"
         if self.batching and key is None:
-            raise ValueError(
-                "a batch endpoint needs key= (a template of what is looked up, e.g. '{user_id}')"
+            raise LookupOptionError(
+                "key", "a batch endpoint needs key= (a template of what is looked up, e.g. '{user_id}')"
             )
         self.key = Template(key) if key is not None else None
         if batch_url is not None:
@@ -391,9 +396,11 @@ class HttpLookup(Lookup):
 
 def _check_client(request_timeout: float, max_connections: int) -> None:
     if request_timeout <= 0:
-        raise ValueError(f"request_timeout={request_timeout}; allowed: seconds > 0")
+        raise LookupOptionError("request_timeout", f"request_timeout={request_timeout}; allowed: seconds > 0")
     if max_connections < 1:
-        raise ValueError(f"max_connections={max_connections}; allowed: an integer >= 1")
+        raise LookupOptionError(
+            "max_connections", f"max_connections={max_connections}; allowed: an integer >= 1"
+        )
     http_client_setting()  # a wrong KAW_HTTP fails here, on the driver, not in a worker
 
 

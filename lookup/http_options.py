@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from .exceptions import LookupOptionError
 from .secrets import Secret
 
 __all__ = ["ClientOptions", "env_proxy_for", "tls_context"]
@@ -34,13 +35,15 @@ class ClientOptions:
         for name in ("ca_file", "client_cert", "client_key"):
             path = getattr(self, name)
             if path is not None and not isinstance(path, str):
-                raise ValueError(f"{name}={path!r}; allowed: a file path (str) or None")
+                raise LookupOptionError(name, f"{name}={path!r}; allowed: a file path (str) or None")
         if self.client_key is not None and self.client_cert is None:
-            raise ValueError("client_key= without client_cert=: give the certificate too")
+            raise LookupOptionError(
+                "client_key", "client_key= without client_cert=: give the certificate too"
+            )
         if self.proxy is not None:
             scheme = urllib.parse.urlsplit(self.proxy.reveal()).scheme
             if scheme not in ("http", "https"):
-                raise ValueError("proxy=: allowed: an http:// or https:// proxy URL")
+                raise LookupOptionError("proxy", "proxy=: allowed: an http:// or https:// proxy URL")
 
     def proxy_for(self, url: str) -> Secret | None:
         """The proxy a request to ``url`` goes through, if any (explicit, then environment)."""

@@ -15,6 +15,7 @@ from .cache import PartialCache
 from .exceptions import (
     BODY_LIMIT,
     BadResponseError,
+    LookupOptionError,
     LookupTimeoutError,
     ServiceUnavailableError,
     WrongTypeError,
@@ -77,20 +78,21 @@ class RedisLookup(Lookup):
             limits=limits,
         )
         if ca_file is not None and not url.startswith("rediss://"):
-            raise ValueError("ca_file= is for TLS: give a rediss:// URL")
+            raise LookupOptionError("ca_file", "ca_file= is for TLS: give a rediss:// URL")
         self.ca_file = ca_file
         command = command.upper()
         if command not in COMMANDS:
-            raise ValueError(f"command={command!r}; allowed: {', '.join(COMMANDS)}")
+            raise LookupOptionError("command", f"command={command!r}; allowed: {', '.join(COMMANDS)}")
         if decode not in DECODES:
-            raise ValueError(f"decode={decode!r}; allowed: {', '.join(DECODES)}")
+            raise LookupOptionError("decode", f"decode={decode!r}; allowed: {', '.join(DECODES)}")
         if command == "HMGET" and not hash_fields:
-            raise ValueError("command='HMGET' needs hash_fields=[...]")
+            raise LookupOptionError("command", "command='HMGET' needs hash_fields=[...]")
         url_db = _url_db(url)
         if db is not None and url_db is not None and db != url_db:
-            raise ValueError(
+            raise LookupOptionError(
+                "db",
                 f"db={db} conflicts with the database {url_db} the URL names; give the database once, "
-                "in the URL (redis://host:port/N) or as db="
+                "in the URL (redis://host:port/N) or as db=",
             )
         self.url = url
         self.key = Template(key)
@@ -234,7 +236,7 @@ def _url_db(url: str) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"the Redis URL's database {text!r} is not a number") from None
+        raise LookupOptionError("url", f"the Redis URL's database {text!r} is not a number") from None
 
 
 def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:

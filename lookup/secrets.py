@@ -12,6 +12,8 @@ import os
 import urllib.parse
 from collections.abc import Iterable
 
+from .exceptions import LookupOptionError
+
 __all__ = ["REDACTED", "Redactor", "Secret", "redact_url", "split_userinfo"]
 
 REDACTED = "***"
@@ -31,7 +33,7 @@ class Secret:
     def from_env(cls, name: str) -> Secret:
         value = os.environ.get(name)
         if value is None:
-            raise ValueError(f"environment variable {name} is not set (it should hold a secret)")
+            raise LookupOptionError(name, f"environment variable {name} is not set (it should hold a secret)")
         return cls(value)
 
     def reveal(self) -> str:

@@ -8,7 +8,7 @@ from operator import itemgetter
 from typing import Any
 from urllib.parse import quote
 
-from .exceptions import TemplateError
+from .exceptions import LookupOptionError, TemplateError
 
 __all__ = ["Template"]
 
@@ -37,8 +37,8 @@ class Template:
         parts: list[tuple[str, str | None]] = []
         for literal, field, spec, conv in string.Formatter().parse(text):
             if field is not None and (spec or conv or not field.isidentifier()):
-                raise ValueError(
-                    f"template {text!r}: use plain field names like {{user_id}}, got {{{field}}}"
+                raise LookupOptionError(
+                    "template", f"template {text!r}: use plain field names like {{user_id}}, got {{{field}}}"
                 )
             parts.append((literal, field))
         self._parts = parts

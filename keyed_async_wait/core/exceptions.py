@@ -4,16 +4,25 @@
 
     KeyedAsyncWaitError                      base of every error raised here
     ├── ConfigError (ValueError)             a bad operator parameter; names it and the allowed values
-    │   └── UnknownSettingError              a spark.sql.exec.async-lookup.* key that does not exist;
-    │                                        names it and the closest known key
+    │   ├── UnknownSettingError              a spark.sql.exec.async-lookup.* key that does not exist;
+    │   │                                    names it and the closest known key
+    │   └── lookup.LookupOptionError         a bad option of a lookup (lookup/exceptions.py)
     ├── RecordKeyError (KeyError)            a record's key is missing or None, or has no stable hash
     ├── RecordFailedError                    an action failed for good; names the key and the attempts,
     │   │                                    chained (``__cause__``) to the last exception
     │   └── RecordTimeoutError (TimeoutError)  the per-record timeout expired (retries included)
     ├── ResultTypeError (TypeError)          an action returned something that is not a result list
-    ├── SparkVersionError                    a feature the running pyspark cannot carry; names the
-    │                                        feature, the version it needs and the one running
-    └── SnapshotError                        a snapshot cannot be taken or restored (e.g. unpicklable record)
+    ├── StepError                            a chain step failed; names the step (runtime/chain.py)
+    ├── ResultSchemaError (TypeError)        a result does not fit the output schema; names the
+    │                                        column and the record (spark/output.py)
+    ├── StateError                           parked state missing or damaged; names the path and
+    │                                        the micro-batch (spark/state.py)
+    ├── SnapshotError                        a snapshot cannot be taken or restored (e.g. unpicklable record)
+    └── SparkVersionError                    a feature the running pyspark cannot carry; names the
+                                             feature, the version it needs and the one running
+
+    (internal, never raised to a caller) ValueMismatch: a value a column cannot hold, turned into
+    a ResultSchemaError naming the column and the key (spark/values.py)
 """
 
 from __future__ import annotations

@@ -251,3 +251,20 @@ def test_rediss_with_a_ca_bundle(redis_url: str, authority: trustme.CA) -> None:
             run(lookup_all(untrusted, [{"order_id": 1, "id": 1}]))
     with pytest.raises(ValueError, match="give a rediss:// URL"):
         RedisLookup("redis://127.0.0.1:1/0", "k:{id}", ca_file="ca.pem")
+
+
+def test_every_bad_lookup_option_is_one_kind_of_error() -> None:
+    from keyed_async_wait import ConfigError
+    from lookup import LookupOptionError, RedisLookup
+
+    for make in (
+        lambda: HttpLookup("http://x/{id}", max_connections=0),
+        lambda: HttpLookup("http://x/{id}", batch_response="set"),
+        lambda: HttpLookup("http://x/{id:>3}"),
+        lambda: RedisLookup("redis://x:6379/0", "k:{id}", command="SET"),
+        lambda: RedisLookup("redis://x:6379/0", "k:{id}", ca_file="ca.pem"),
+        lambda: Field("a", "decimal"),
+    ):
+        with pytest.raises(LookupOptionError) as bad:
+            make()
+        assert isinstance(bad.value, ConfigError) and isinstance(bad.value, ValueError)
