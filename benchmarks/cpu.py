@@ -13,7 +13,7 @@ rounds cancels out of them). A calibration loop's CPU seconds are printed before
 the run: the machine's speed then (see :func:`calibration`).
 
 ``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON,
-the lean HTTP client with its Python parser), as the default install runs; ``--python-gc``:
+the lean HTTP client on llhttp, a plain dependency now), as the default install runs; ``--python-gc``:
 ours with Python's own collector settings (``KAW_GC=default``), to see what the tuning gives;
 ``--aiohttp``: ours with aiohttp's client instead of the lean one (``KAW_HTTP=aiohttp``).
 
@@ -283,7 +283,7 @@ def main() -> None:
     args = parser.parse_args()
     # read by the workers, whose environment is fixed when Spark starts
     if args.plain:
-        os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json", KAW_HTTP="python")
+        os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json")
     if args.aiohttp:
         os.environ.update(KAW_HTTP="aiohttp")
     if args.python_gc:

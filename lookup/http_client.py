@@ -11,7 +11,6 @@ become a dot segment that climbs the path.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import ssl
@@ -45,7 +44,7 @@ __all__ = [
 ]
 
 MAX_REDIRECTS = 10
-HTTP_CLIENTS = ("auto", "httptools", "python", "aiohttp")
+HTTP_CLIENTS = ("auto", "httptools", "aiohttp")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _KEPT_ACROSS_ORIGINS = frozenset({"content-type", "accept"})
 # characters left as they are when a rendered URL is re-quoted (reserved ones, and % escapes)
@@ -56,8 +55,7 @@ _NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.\-~/:@!$&'()*+,;=?#\[\]%]")
 
 
 def http_client_setting() -> str:
-    """``KAW_HTTP``: ``auto`` (the lean client, with httptools' parser when it is installed),
-    ``httptools`` or ``python`` (the lean client with that parser), or ``aiohttp``."""
+    """``KAW_HTTP``: ``auto`` or ``httptools`` (the lean client, on llhttp), or ``aiohttp``."""
     value = os.environ.get("KAW_HTTP", "auto").strip().lower() or "auto"
     if value not in HTTP_CLIENTS:
         raise LookupOptionError("KAW_HTTP", f"KAW_HTTP={value!r}; allowed: {', '.join(HTTP_CLIENTS)}")
@@ -67,20 +65,17 @@ def http_client_setting() -> str:
 def make_transport(
     method: str, max_connections: int, request_timeout: float, options: ClientOptions, url: str
 ) -> Transport:
-    """The client of the running loop for a lookup of ``url``: the lean one (:mod:`.http_lean`)
-    with httptools' parser when it is installed (the ``fast`` extra), else with the Python one;
-    aiohttp for HEAD (the parsers cannot frame a HEAD answer), through a proxy (explicit or from
-    the environment: the lean client speaks to none), or when ``KAW_HTTP=aiohttp``."""
+    """The client of the running loop for a lookup of ``url``: the lean one (:mod:`.http_lean`,
+    on llhttp through httptools); aiohttp for HEAD (llhttp cannot frame a HEAD answer), through
+    a proxy (explicit or from the environment: the lean client speaks to none), or when
+    ``KAW_HTTP=aiohttp``."""
     setting = http_client_setting()
     proxy = options.proxy_for(url)
     if setting == "aiohttp" or method == "HEAD" or proxy is not None:
         return AiohttpTransport(max_connections, request_timeout, options)
     from .http_lean import LeanTransport
 
-    parser = setting
-    if setting == "auto":
-        parser = "httptools" if importlib.util.find_spec("httptools") is not None else "python"
-    return LeanTransport(max_connections, request_timeout, options, parser)
+    return LeanTransport(max_connections, request_timeout, options)
 
 
 class AiohttpTransport:

@@ -2,9 +2,8 @@
 
 Why: with a hundred requests in flight a worker is CPU-bound, and the client's CPU per
 request sets the ceiling. aiohttp's client spends about 140 us of Python on a keep-alive GET;
-writing the request in one piece and parsing the answer with llhttp (through httptools, the
-``fast`` extra) spends about 45 us; the Python parser of :mod:`.http_parse`
-adds about 7.5 us (it parses a 250-byte answer in 8.5 us, llhttp in 1 us). It does
+writing the request in one piece and parsing the answer with llhttp (through httptools, a
+dependency: one parser, so one behaviour) spends about 45 us. It does
 only what a lookup needs: one request at a time per keep-alive connection, answers framed by
 Content-Length, chunks or the connection's close, TLS through the loop (the system's CAs
 plus ``ca_file``, a client certificate for mTLS), every address of a name tried (Happy
@@ -36,11 +35,11 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+import httptools
 import yarl
 from multidict import CIMultiDict
 
 from .http_options import ClientOptions, tls_context
-from .http_parse import response_parser
 from .http_wire import Answer
 
 if sys.version_info >= (3, 11):
@@ -56,6 +55,8 @@ IDLE_SECONDS = 4.0
 MAX_HEADER_BYTES = 64 * 1024  # an answer's header block, as aiohttp bounds it
 MAX_BODY_BYTES = 256 * 1024 * 1024  # an answer's body (decoded too)
 _HAPPY_EYEBALLS_DELAY = 0.25  # RFC 8305's recommended value, aiohttp's too
+# an upgrade (101) we never asked for is an error too; HttpParserUpgrade is no HttpParserError
+_PARSE_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 
 _USER_AGENT = "keyed-async-wait"
 # framing is ours: a header the caller gives with one of these names is not sent
@@ -75,10 +76,9 @@ class _Stale(WireError):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: writes a request, parses its answer."""
 
-    def __init__(self, on_lost: Any, parser: type[Any], errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(self, on_lost: Any) -> None:
         self._on_lost = on_lost
-        self._parser = parser(self)
-        self._errors = errors
+        self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Answer] | None = None
         self._headers: list[tuple[str, str]] = []
@@ -102,7 +102,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except self._errors as exc:
+        except _PARSE_ERRORS as exc:
             self._fail(WireError(f"malformed answer: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -273,9 +273,7 @@ class LeanTransport:
         max_connections: int,
         request_timeout: float,
         options: ClientOptions | None = None,
-        parser: str = "httptools",
     ) -> None:
-        self._parser, self._parse_errors = response_parser(parser)
         self._max = max_connections
         self._timeout = request_timeout
         self._options = options or ClientOptions()
@@ -363,7 +361,7 @@ class LeanTransport:
         self._open += 1
         try:
             _, conn = await loop.create_connection(
-                lambda: _Connection(self._lost, self._parser, self._parse_errors),
+                lambda: _Connection(self._lost),
                 host,
                 port,
                 ssl=tls,

@@ -1,4 +1,4 @@
-"""HTTP tests run once per client: the lean one with each parser, and aiohttp."""
+"""HTTP tests run once per client: the lean one (on llhttp) and aiohttp."""
 
 from __future__ import annotations
 

@@ -277,7 +277,7 @@ def test_a_batch_endpoint_answering_404_is_an_error_not_all_misses(httpserver: H
 
 def test_the_client_setting_is_checked_when_the_lookup_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAW_HTTP", "curl")
-    with pytest.raises(ValueError, match="KAW_HTTP='curl'; allowed: auto, httptools, python, aiohttp"):
+    with pytest.raises(ValueError, match="KAW_HTTP='curl'; allowed: auto, httptools, aiohttp"):
         HttpLookup("http://127.0.0.1:1/u/{id}")
 
 

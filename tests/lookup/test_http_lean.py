@@ -18,7 +18,6 @@ import pytest
 from lookup import Field, HttpLookup, LookupTimeoutError, ServiceUnavailableError
 from lookup.http_client import wire_url
 from lookup.http_lean import LeanTransport, request_bytes
-from lookup.http_parse import HTTP_PARSERS
 
 from ..core.helpers import run
 
@@ -26,11 +25,10 @@ Script = Callable[[str, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[b
 WAIT = 5.0  # the bound on every wait in these tests
 
 
-@pytest.fixture(autouse=True, params=HTTP_PARSERS)
-def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test once per parser of the lean client."""
-    monkeypatch.setenv("KAW_HTTP", request.param)
-    return str(request.param)
+@pytest.fixture(autouse=True)
+def lean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lean client, whatever the environment says."""
+    monkeypatch.setenv("KAW_HTTP", "httptools")
 
 
 def ok(body: bytes, *extra: str) -> bytes:
@@ -257,14 +255,14 @@ def test_the_request_goes_out_as_rendered() -> None:
         request_bytes("GET", wire_url(url), {"X-A": "b\r\nX-Evil: 1"}, None)
 
 
-def test_aclose_leaves_no_connection_open(parser: str) -> None:
+def test_aclose_leaves_no_connection_open() -> None:
     async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
         writer.write(ok(profile(path.rsplit("/", 1)[1])))
         return True
 
     async def main() -> None:
         async with Server(script).running() as url:
-            transport = LeanTransport(4, 5.0, None, parser)
+            transport = LeanTransport(4, 5.0)
             try:
                 answers = await asyncio.gather(
                     *(transport.request("GET", wire_url(f"{url}/u/{i}"), None, None, None) for i in range(10))
