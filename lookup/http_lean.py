@@ -87,6 +87,7 @@ class _Connection(asyncio.Protocol):
         self._body_bytes = 0
         self._in_body = False  # the answer's headers are complete, its body under way
         self._got_bytes = False
+        self._eof = False  # the peer ended with a FIN (not a reset)
         self.reusable = False
         self.lost = False
 
@@ -105,15 +106,21 @@ class _Connection(asyncio.Protocol):
         except _PARSE_ERRORS as exc:
             self._fail(WireError(f"malformed answer: {exc}"))
 
+    def eof_received(self) -> None:
+        # a FIN (asyncio's TLS calls this for a TCP close without close_notify too: that case
+        # cannot be told from a clean close here)
+        self._eof = True
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._on_lost()
         if self._waiter is None or self._waiter.done():
             return
-        if self._in_body and self._framed_by_close() and exc is None:
+        if self._in_body and self._framed_by_close() and exc is None and self._eof:
             self._complete(reusable=False)
-        elif exc is not None and self._got_bytes:  # a reset: whatever came may be cut short
-            self._fail(WireError(f"the connection was reset before the whole answer came ({exc})"))
+        elif self._got_bytes and (exc is not None or not self._eof):  # a reset
+            why = exc or "no FIN"
+            self._fail(WireError(f"the connection ended uncleanly before the whole answer came ({why})"))
         elif not self._got_bytes:
             self._fail(_Stale("the connection was closed before the answer"))
         else:
