@@ -39,6 +39,7 @@ import httptools
 import yarl
 from multidict import CIMultiDict
 
+from .http_connect import Resolver, race
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer
 
@@ -63,6 +64,10 @@ _USER_AGENT = "keyed-async-wait"
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 # methods a request may be sent again for when a kept-alive connection turned out closed
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
+
+
+def _nothing() -> None:
+    pass
 
 
 class WireError(ConnectionError):
@@ -176,6 +181,11 @@ class _Connection(asyncio.Protocol):
         self._transport.write(request)
         return await waiter
 
+    def discard(self) -> None:
+        """Close a connection that lost a race: it was never counted, so its loss is not."""
+        self._on_lost = _nothing
+        self.abort()
+
     def close(self) -> None:
         self.reusable = False
         if self._transport is not None:
@@ -282,6 +292,7 @@ class LeanTransport:
         options: ClientOptions | None = None,
     ) -> None:
         self._max = max_connections
+        self._resolver = Resolver()
         self._timeout = request_timeout
         self._options = options or ClientOptions()
         self._slots = asyncio.Semaphore(max_connections)
@@ -365,16 +376,17 @@ class LeanTransport:
         scheme, host, port = origin
         tls = self._context() if scheme == "https" else None
         loop = asyncio.get_running_loop()
+
+        async def connect(address: tuple[str, int]) -> _Connection:
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self._lost), *address, ssl=tls, server_hostname=host if tls else None
+            )
+            return conn
+
         self._open += 1
         try:
-            _, conn = await loop.create_connection(
-                lambda: _Connection(self._lost),
-                host,
-                port,
-                ssl=tls,
-                server_hostname=host if tls else None,
-                happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY,
-            )
+            addresses = await self._resolver.addresses(host, port)
+            conn: _Connection = await race(connect, addresses, _HAPPY_EYEBALLS_DELAY, _Connection.discard)
         except BaseException:
             self._open -= 1
             raise

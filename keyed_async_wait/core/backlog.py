@@ -12,23 +12,49 @@ buffer timeout): the ordering mode, and so per-key order and the output itself, 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from .exceptions import ConfigError
 
-__all__ = ["BACKLOG", "CAUGHT_UP", "BacklogPolicy", "Gear"]
+__all__ = ["BACKLOG", "CAUGHT_UP", "BacklogPolicy", "Gear", "GearKind"]
+
+
+class GearKind(enum.Enum):
+    BACKLOG = "backlog"
+    CAUGHT_UP = "caught-up"
 
 
 @dataclass(frozen=True)
 class Gear:
-    name: str
+    """A gear's settings. ``name``: which of the two it is (a :class:`GearKind`, or its value)."""
+
+    name: GearKind | str
     capacity: int
     batch_size: int
     buffer_timeout: float | None  # None: no timer (see KeyedAsyncWaitOperator)
 
+    def __post_init__(self) -> None:
+        try:
+            kind = GearKind(self.name)
+        except ValueError:
+            allowed = ", ".join(repr(k.value) for k in GearKind)
+            raise ConfigError("Gear name", self.name, allowed) from None
+        object.__setattr__(self, "name", kind.value)
+        object.__setattr__(self, "_kind", kind)
 
-BACKLOG = Gear("backlog", capacity=10_000, batch_size=2_000, buffer_timeout=None)
-CAUGHT_UP = Gear("caught-up", capacity=100, batch_size=50, buffer_timeout=0.002)
+    @property
+    def kind(self) -> GearKind:
+        kind: GearKind = self.__dict__["_kind"]
+        return kind
+
+    @property
+    def is_backlog(self) -> bool:
+        return self.kind is GearKind.BACKLOG
+
+
+BACKLOG = Gear(GearKind.BACKLOG, capacity=10_000, batch_size=2_000, buffer_timeout=None)
+CAUGHT_UP = Gear(GearKind.CAUGHT_UP, capacity=100, batch_size=50, buffer_timeout=0.002)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from lookup.columnar import ColumnarLookups
+
 from .values import ValueMismatch, column_converter
 
 __all__ = ["ColumnarRun", "supports_columnar"]
@@ -34,13 +36,7 @@ class _Fallback(Exception):
 
 
 def supports_columnar(plan: Any, instance: Any) -> bool:
-    return (
-        instance is not None
-        and callable(getattr(instance, "results_for_keys", None))
-        and callable(getattr(instance, "column_keys", None))
-        and plan.error_column is None
-        and not plan.sort_by
-    )
+    return isinstance(instance, ColumnarLookups) and plan.error_column is None and not plan.sort_by
 
 
 class ColumnarRun:

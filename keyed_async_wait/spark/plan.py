@@ -59,7 +59,7 @@ def task_operator(
     settings = plan.settings
     capacity, batch_size = settings.capacity, settings.batch_size
     buffer_timeout: float | None = 0.0
-    if gear is not None and gear.name == "backlog":
+    if gear is not None and gear.is_backlog:
         capacity, batch_size, buffer_timeout = max(capacity, gear.capacity), gear.batch_size, None
     elif gear is not None:
         batch_size = min(batch_size or gear.batch_size, gear.batch_size)

@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+from lookup.base import Lookup
+
 from ..core.backlog import Gear
 from ..core.latency import LatencyHistogram
 from ..core.parking import DeferPolicy
+from ..runtime.chain import Chain
 from ..runtime.function import FunctionAdapter
 from .columnar import ColumnarRun, supports_columnar
 from .instances import Instances
@@ -150,8 +153,8 @@ class Task:
             **{name: lookups.get(name, 0) for name in THROTTLE_COUNTS},
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,
-            backlog_tasks=int(gear is not None and gear.name == "backlog"),
-            caught_up_tasks=int(gear is not None and gear.name != "backlog"),
+            backlog_tasks=int(gear is not None and gear.is_backlog),
+            caught_up_tasks=int(gear is not None and not gear.is_backlog),
         )
         if plan.metrics is not None:
             plan.metrics.add_task(latency=latency, **counts)
@@ -187,10 +190,10 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
         log.info("async wait task: gear=%s because %s", gear.name, reason)
     task = Task(plan, gear)
     # backlog: identical lookups of the whole task are made once (a lookup's run-scoped cache)
-    memo = getattr(task.instance, "memoized", None)
-    backlog = gear is not None and gear.name == "backlog"
+    instance = task.instance
+    backlog = gear is not None and gear.is_backlog
     try:
-        with memo() if backlog and memo is not None else contextlib.nullcontext():
+        with instance.memoized() if backlog and isinstance(instance, Lookup) else contextlib.nullcontext():
             yield from _run(plan, task, batches, backlog)
     except BaseException:
         task.report()
@@ -256,19 +259,18 @@ def instance_of(adapter: FunctionAdapter) -> Any:
 
 
 def lookup_counts(instance: Any) -> dict[str, int]:
-    """A lookup's counts; for a chain, its steps' summed."""
-    steps = getattr(instance, "steps", None)
-    if isinstance(steps, tuple):
+    """A lookup's counts; for a chain, its steps' summed; nothing for another function."""
+    if isinstance(instance, Chain):
         total: dict[str, int] = {}
-        for step in steps:
+        for step in instance.steps:
             for name, value in lookup_counts(step.function).items():
                 total[name] = total.get(name, 0) + value
         return total
-    stats = getattr(instance, "stats", None)
-    if stats is None or not hasattr(stats, "requests"):
+    if not isinstance(instance, Lookup):
         return {}
+    stats = instance.stats
     counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
-    throttle = getattr(instance, "throttle_stats", None)  # a lookup with limits, once it called
+    throttle = instance.throttle_stats  # a lookup with limits, once it called
     if throttle is not None:
         counts.update(
             rejected_429=throttle.rejected,
@@ -282,9 +284,9 @@ def lookup_counts(instance: Any) -> dict[str, int]:
 def _steps_text(instance: Any) -> str:
     """A chain's part of the task log line: per step, its calls, failures, retries, misses,
     records resumed past it and mean latency (in this worker process so far)."""
-    stats = getattr(instance, "stats", None)
-    if not isinstance(getattr(instance, "steps", None), tuple) or not isinstance(stats, dict):
+    if not isinstance(instance, Chain):
         return ""
+    stats = instance.stats
     return "".join(
         f" step[{name}]=calls:{s.calls},failures:{s.failures},retries:{s.retries},misses:{s.misses},"
         f"resumed:{s.resumed},mean:{_ms(s.mean_latency)}"
@@ -294,9 +296,9 @@ def _steps_text(instance: Any) -> str:
 
 def _throttle_text(instance: Any, lookups: dict[str, int]) -> str:
     """The limits' part of the task log line (empty for a lookup without limits)."""
-    if isinstance(getattr(instance, "steps", None), tuple):
+    if isinstance(instance, Chain):
         return _steps_text(instance)
-    throttle = getattr(instance, "throttle_stats", None)
+    throttle = instance.throttle_stats if isinstance(instance, Lookup) else None
     if throttle is None:
         return ""
     counts = "".join(f" {name}={lookups.get(name, 0)}" for name in THROTTLE_COUNTS)

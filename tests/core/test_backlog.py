@@ -102,3 +102,17 @@ def test_the_backlog_gear_makes_fewer_larger_calls_with_the_same_output() -> Non
         calls[gear.name] = len(action.calls)
     assert outputs["backlog"] == outputs["caught-up"]
     assert calls["caught-up"] >= 5 * calls["backlog"], calls
+
+
+def test_a_gear_is_one_of_two_kinds_checked_when_made() -> None:
+    import pickle
+
+    from keyed_async_wait.core.backlog import BACKLOG, CAUGHT_UP, Gear, GearKind
+    from keyed_async_wait.core.exceptions import ConfigError
+
+    custom = Gear("backlog", capacity=5, batch_size=5, buffer_timeout=None)
+    assert custom.is_backlog and custom.kind is GearKind.BACKLOG and custom.name == "backlog"
+    assert BACKLOG.is_backlog and not CAUGHT_UP.is_backlog
+    assert pickle.loads(pickle.dumps(custom)).is_backlog
+    with pytest.raises(ConfigError, match="Gear name='Backlog'"):
+        Gear("Backlog", capacity=5, batch_size=5, buffer_timeout=None)

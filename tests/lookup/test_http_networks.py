@@ -237,11 +237,18 @@ def test_bad_client_options_are_refused_when_the_lookup_is_made() -> None:
         HttpLookup("http://x/{id}", proxy="socks5://p:1080")
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_dead_first_address_falls_back_to_the_next_within_a_second(
-    client: str, monkeypatch: pytest.MonkeyPatch
+    client: str, loop: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A name with two addresses, the first never answering (a listener whose backlog is full:
-    its SYNs are dropped): the request goes to the second, Happy Eyeballs style."""
+    its SYNs are dropped): the request goes to the second, Happy Eyeballs style, on the
+    standard loop and on uvloop (the workers' loop with the fast extra)."""
+    if loop == "uvloop":
+        if client == "aiohttp":
+            pytest.skip("aiohttp races addresses itself (aiohappyeyeballs), whatever the loop")
+        uvloop = pytest.importorskip("uvloop")
+        monkeypatch.setattr(asyncio, "run", lambda coro: uvloop.run(coro))
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)
