@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
@@ -27,7 +28,7 @@ from ..core.settings import check_positive_int, check_seconds
 from ..runtime.chain import Chain
 from .journal import StepJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
-from .options import key_columns, make_plan, order_columns, partitions
+from .options import WaitOptions, key_columns, make_plan, order_columns, partitions
 from .parked import STATE_COLUMN, ParkingPlan
 from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .task import run_partition
@@ -114,11 +115,18 @@ class AsyncDataStream:
         >>> out = AsyncDataStream.ordered_wait(orders, users, timeout=5.0)  # doctest: +SKIP
         """
         _no_unknown("ordered_wait", unknown)
-        options: dict[str, Any] = dict(
-            timeout=timeout, capacity=capacity, retry=retry, output_schema=output_schema
+        options = WaitOptions(
+            timeout=timeout,
+            capacity=capacity,
+            retry=retry,
+            output_schema=output_schema,
+            join=join,
+            error_column=error_column,
+            batch_size=batch_size,
+            metrics=metrics,
+            backlog=backlog,
+            event_time=event_time,
         )
-        options.update(join=join, error_column=error_column, batch_size=batch_size, metrics=metrics)
-        options.update(backlog=backlog, event_time=event_time)
         return _wait(df, fn, OutputMode.ORDERED, observe, options)
 
     @staticmethod
@@ -148,11 +156,18 @@ class AsyncDataStream:
         >>> out = AsyncDataStream.unordered_wait(orders, users, capacity=200)  # doctest: +SKIP
         """
         _no_unknown("unordered_wait", unknown)
-        options: dict[str, Any] = dict(
-            timeout=timeout, capacity=capacity, retry=retry, output_schema=output_schema
+        options = WaitOptions(
+            timeout=timeout,
+            capacity=capacity,
+            retry=retry,
+            output_schema=output_schema,
+            join=join,
+            error_column=error_column,
+            batch_size=batch_size,
+            metrics=metrics,
+            backlog=backlog,
+            event_time=event_time,
         )
-        options.update(join=join, error_column=error_column, batch_size=batch_size, metrics=metrics)
-        options.update(backlog=backlog, event_time=event_time)
         return _wait(df, fn, OutputMode.UNORDERED, observe, options)
 
     @staticmethod
@@ -216,13 +231,24 @@ class AsyncDataStream:
         sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
         if sort_by and not df.isStreaming:
             df, sort_in_task = df.sortWithinPartitions(*sort_by), None
-        options: dict[str, Any] = dict(
-            timeout=timeout, capacity=capacity, retry=retry, output_schema=output_schema
+        options = WaitOptions(
+            timeout=timeout,
+            capacity=capacity,
+            retry=retry,
+            output_schema=output_schema,
+            join=join,
+            error_column=error_column,
+            batch_size=batch_size,
+            metrics=metrics,
+            backlog=backlog,
+            event_time=event_time,
         )
-        options.update(join=join, error_column=error_column, batch_size=batch_size, metrics=metrics)
-        options.update(backlog=backlog, event_time=event_time)
-        options.update(key=columns[0] if len(columns) == 1 else columns, sort_in_task=sort_in_task)
-        options.update(blocked_capacity=blocked_capacity)
+        options = replace(
+            options,
+            key=columns[0] if len(columns) == 1 else columns,
+            sort_in_task=sort_in_task,
+            blocked_capacity=blocked_capacity,
+        )
         return _wait(df, fn, OutputMode.KEY_ORDERED, observe, options)
 
     @staticmethod
@@ -296,10 +322,9 @@ class AsyncDataStream:
             or a step journal without a chain.
         """
         _no_unknown("key_ordered_stream", unknown)
-        options: dict[str, Any] = dict(
-            timeout=timeout, capacity=capacity, retry=retry, output_schema=output_schema
+        options = WaitOptions(
+            timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics
         )
-        options.update(join=join, error_column=error_column, batch_size=batch_size, metrics=metrics)
         state: dict[str, Any] = dict(
             time_cap=time_cap, on_error=on_error, defer=defer, max_defer_age=max_defer_age
         )
@@ -326,14 +351,12 @@ def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
     )
 
 
-def _wait(
-    df: DataFrame, fn: Any, mode: OutputMode, observe: str | None, options: dict[str, Any]
-) -> DataFrame:
+def _wait(df: DataFrame, fn: Any, mode: OutputMode, observe: str | None, options: WaitOptions) -> DataFrame:
     if observe is not None and (not isinstance(observe, str) or not observe):
         raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
-    plan, out, results = make_plan(df, fn, mode, **options)
+    plan, out, results = make_plan(df, fn, mode, options)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
-    metrics = options.get("metrics")
+    metrics = options.metrics
     if metrics is not None and metrics.observed:
         enriched = metrics.observe(enriched)
     if observe is None:
@@ -357,7 +380,7 @@ def _key_ordered_stream(
     checkpoint_location: str,
     order_by: str | Sequence[str] | None,
     state: dict[str, Any],
-    options: dict[str, Any],
+    options: WaitOptions,
 ) -> KeyedStream:
     if not df.isStreaming:
         raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
@@ -378,21 +401,23 @@ def _key_ordered_stream(
     check_positive_int("replay_rows", state["replay_rows"], optional=True)
     check_positive_int("state_window", state["state_window"])
     _check_state_types(df.schema)
-    if on_error != "fail" and options["error_column"] is None:
-        options["error_column"] = "_error"  # failed (or too long deferred) rows come out with their cause
+    if on_error != "fail" and options.error_column is None:
+        options = replace(
+            options, error_column="_error"
+        )  # failed or too long deferred rows: with their cause
     parking = ParkingPlan(
         state["time_cap"],
         defer_policy(on_error, state["defer"], state["max_defer_age"]),
         **_journal_of(fn, state["step_journal"], checkpoint_location),
     )
-    options["key"] = columns[0] if len(columns) == 1 else columns
+    options = replace(options, key=columns[0] if len(columns) == 1 else columns)
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
     plan, out, _ = make_plan(  # built once: bad options fail now
         df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)),
         fn,
         OutputMode.KEY_ORDERED,
+        options,
         passthrough=passthrough,
-        **options,
     )
     return KeyedStream(
         df,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +28,7 @@ from .plan import Plan
 
 __all__ = [
     "ERROR_STRUCT",
+    "WaitOptions",
     "key_columns",
     "make_plan",
     "order_columns",
@@ -122,35 +124,55 @@ def order_columns(df: DataFrame, order_by: str | Sequence[str] | None) -> list[s
     return sort_by
 
 
+@dataclass(frozen=True)
+class WaitOptions:
+    """The options of a wait as the caller gave them, built once per call; :func:`make_plan`
+    checks them. The key-ordered ones (``key`` onwards) are set by those calls only."""
+
+    timeout: float | None = None
+    capacity: int | None = None
+    retry: RetryStrategy | None = None
+    output_schema: str | StructType | None = None
+    join: str = "left"
+    error_column: str | None = None
+    batch_size: int | None = 1000
+    metrics: AsyncWaitMetrics | None = None
+    backlog: bool | str | BacklogPolicy | None = None
+    event_time: str | None = None
+    key: Any = None
+    blocked_capacity: int = 0
+    sort_in_task: list[str] | None = None
+
+
 def make_plan(
     df: DataFrame,
     fn: Any,
     mode: OutputMode,
-    *,
-    key: Any = None,
-    timeout: float | None = None,
-    capacity: int | None = None,
-    retry: RetryStrategy | None = None,
-    output_schema: Any = None,
-    join: str = "left",
-    error_column: str | None = None,
-    batch_size: int | None = 1000,
-    metrics: AsyncWaitMetrics | None = None,
-    backlog: bool | str | BacklogPolicy | None = None,
-    event_time: str | None = None,
-    blocked_capacity: int = 0,
-    sort_in_task: list[str] | None = None,
+    options: WaitOptions,
     passthrough: Sequence[StructField] = (),
 ) -> tuple[Plan, StructType, StructType]:
     """The task plan, the output schema and the result columns' schema; every option checked
     here, on the driver, before any job (the tasks only run what passed)."""
     spark = df.sparkSession
     conf = session_config(spark)
+    join, error_column, event_time, metrics = (
+        options.join,
+        options.error_column,
+        options.event_time,
+        options.metrics,
+    )
+    output_schema = options.output_schema
     if join not in ("left", "inner"):
         raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
     check_instance("metrics", metrics, AsyncWaitMetrics, "an AsyncWaitMetrics(spark), or None")
-    explicit = dict(capacity=capacity, timeout=timeout, retry=retry, key=key, batch_size=batch_size)
-    settings = conf.operator_settings(mode, blocked_capacity=blocked_capacity, **explicit)
+    explicit = dict(
+        capacity=options.capacity,
+        timeout=options.timeout,
+        retry=options.retry,
+        key=options.key,
+        batch_size=options.batch_size,
+    )
+    settings = conf.operator_settings(mode, blocked_capacity=options.blocked_capacity, **explicit)
     passing = [f.name for f in passthrough]
     columns = [c for c in df.columns if c not in passing]
     _check_inputs(fn, columns)
@@ -189,10 +211,10 @@ def make_plan(
         error_column=error_column,
         session_tz=time_zone,
         passthrough=tuple(passing),
-        sort_by=sort_in_task,
+        sort_by=options.sort_in_task,
         metrics=None if observed else metrics,
         task_column=TASK_COLUMN if observed else None,
-        backlog=_backlog_policy(backlog),
+        backlog=_backlog_policy(options.backlog),
         bounded=not df.isStreaming,
         event_time=event_time,
     )
