@@ -79,14 +79,17 @@ def matrix(records: list[dict[str, Any]]) -> str:
             outcomes = list(r["features"].get(feature, {}).values())
             passed, skipped = outcomes.count("passed"), outcomes.count("skipped")
             failed = len(outcomes) - passed - skipped
+            tests = lambda n: f"{n} test" + ("" if n == 1 else "s")  # noqa: E731
             if not outcomes:
                 cells.append("not run")
             elif failed:
-                cells.append(f"**{failed} failed**, {passed} passed")
+                cells.append(f"**{tests(failed)} failed**, {passed} passed")
+            elif passed and skipped:
+                cells.append(f"partly: {tests(passed)} passed, {skipped} not carried (skipped)")
             elif passed:
-                cells.append(f"yes ({passed} tests{f', {skipped} skipped' if skipped else ''})")
+                cells.append(f"yes ({tests(passed)})")
             else:
-                cells.append(f"no: skipped ({skipped})")
+                cells.append(f"no: not carried ({tests(skipped)} skipped)")
         lines.append(f"| {feature} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(

@@ -9,7 +9,7 @@ import pytest
 
 from sql_ext.buckets import MAX_SPREAD, bucket_expression, murmur3_int, spread_values
 
-pytestmark = [pytest.mark.spark, pytest.mark.compat("SQL functions")]
+pytestmark = [pytest.mark.spark, pytest.mark.compat("the SQL buckets' hash is Spark's")]
 
 
 def test_the_python_hash_is_sparks(spark: Any) -> None:
