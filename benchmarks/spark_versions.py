@@ -3,7 +3,7 @@
     ./run bench spark_versions [--rows N]
 
 Runs ``benchmarks/spark_throughput.py --quick`` (or ``--rows N``) in the compatibility tier's
-venv of the oldest version (``./run compat`` makes it) and then in ``.venv`` (the newest), one
+venv of the oldest version (made by ``./run compat-setup``, called here) and then in ``.venv`` (the newest), one
 after the other on the same machine, and prints each job's rows/s under both and their ratio.
 """
 
@@ -46,10 +46,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, help="rows per job (default: --quick, 20,000)")
     args = parser.parse_args()
     oldest, newest = versions()[0], versions()[-1]
+    # the tier's venv of the oldest, made or pointed at this checkout (another may have used it)
+    subprocess.run(["bash", str(ROOT / "run"), "compat-setup", oldest], check=True, cwd=ROOT)
     older = venv_python(oldest)
-    if not older.exists():
-        print(f"no venv for pyspark {oldest} at {older}: run ./run compat {oldest} first", file=sys.stderr)
-        return 1
     with tempfile.TemporaryDirectory() as tmp:
         old = run(older, args.rows, Path(tmp) / "old.json")
         new = run(Path(sys.executable), args.rows, Path(tmp) / "new.json")

@@ -93,6 +93,10 @@ def matrix(records: list[dict[str, Any]]) -> str:
         lines.append(f"| {feature} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
+        "not run: a long fault test (marked `compat_once`) that the tier runs on its oldest pyspark only."
+    )
+    lines.append("")
+    lines.append(
         "Run with: "
         + "; ".join(f"pyspark {r['pyspark']}: pyarrow {r['pyarrow']}, pandas {r['pandas']}" for r in records)
         + f"; Python {records[0]['python'] if records else '?'}."
