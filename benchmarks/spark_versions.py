@@ -3,8 +3,9 @@
     ./run bench spark_versions [--rows N]
 
 Runs ``benchmarks/spark_throughput.py --quick`` (or ``--rows N``) in the compatibility tier's
-venv of the oldest version (made by ``./run compat-setup``, called here) and then in ``.venv`` (the newest), one
-after the other on the same machine, and prints each job's rows/s under both and their ratio.
+venv of the oldest version (made by ``./run compat-setup``, called here) and then in ``.venv``
+(the newest), one after the other on the same machine, and prints each job's rows/s under both
+and their ratio.
 """
 
 from __future__ import annotations
