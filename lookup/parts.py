@@ -7,7 +7,7 @@ import asyncio
 import types
 from collections.abc import Awaitable, Generator, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .cache import PartialCache
 from .exceptions import LookupServiceError
@@ -34,6 +34,15 @@ class LookupStats:
     deduplicated: int = 0  # records served by a request another record had made
     misses: int = 0  # answers that found nothing
     errors: int = 0
+
+
+@runtime_checkable
+class ReportsLookupStats(Protocol):
+    """What the Spark layer counts per task: a lookup, or a function of the user's made of
+    lookups (as ``kaw-enrich``'s), whose ``stats`` is a :class:`LookupStats`."""
+
+    @property
+    def stats(self) -> LookupStats: ...
 
 
 class LookupParts:

@@ -17,6 +17,7 @@ from itertools import chain
 from typing import Any
 
 from lookup.base import Lookup
+from lookup.parts import LookupStats, ReportsLookupStats
 
 from ..core.backlog import Gear
 from ..core.latency import LatencyHistogram
@@ -266,11 +267,12 @@ def lookup_counts(instance: Any) -> dict[str, int]:
             for name, value in lookup_counts(step.function).items():
                 total[name] = total.get(name, 0) + value
         return total
-    if not isinstance(instance, Lookup):
+    # a lookup, or a function of lookups that reports their stats (kaw-enrich's OrderEnricher)
+    stats = instance.stats if isinstance(instance, ReportsLookupStats) else None
+    if not isinstance(stats, LookupStats):
         return {}
-    stats = instance.stats
     counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
-    throttle = instance.throttle_stats  # a lookup with limits, once it called
+    throttle = instance.throttle_stats if isinstance(instance, Lookup) else None  # limits, once called
     if throttle is not None:
         counts.update(
             rejected_429=throttle.rejected,

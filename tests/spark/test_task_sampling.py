@@ -67,3 +67,15 @@ def test_peaks_only_rise(monkeypatch: pytest.MonkeyPatch) -> None:
     op.gauges = EMPTY
     task._sample_peaks()
     assert (task.peak_in_flight, task.peak_blocked_keys) == (9, 4)
+
+
+def test_a_function_that_reports_its_lookups_stats_is_counted_per_task() -> None:
+    from keyed_async_wait.app.enrich import OrderEnricher
+    from keyed_async_wait.spark.task import lookup_counts
+    from lookup import HttpLookup
+
+    fn = OrderEnricher("http://127.0.0.1:1", "redis://127.0.0.1:1/0", 1.0)
+    fn.customers.stats.requests, fn.prices.stats.cache_hits = 3, 2
+    assert lookup_counts(fn) == {"lookups": 3, "cache_hits": 2, "deduplicated": 0}
+    assert lookup_counts(HttpLookup("http://127.0.0.1:1/{id}"))["lookups"] == 0
+    assert lookup_counts(object()) == {}
