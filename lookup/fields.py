@@ -153,6 +153,20 @@ class FieldMapper:
             for a, k in zip(answers, keys, strict=True)
         ]
 
+    def _literal(self, name: str, text: str, ftype: str, where: tuple[Any, str, Any]) -> Any:
+        """A string of a store whose values are strings, read as ``ftype`` (or an error)."""
+        lookup_key, service, value = where
+        try:
+            return parse_literal(text, ftype)
+        except ValueError as why:
+            raise BadResponseError(
+                f"field {name!r}: {why}",
+                lookup_key=lookup_key,
+                service=service,
+                body=repr(value),
+                body_limit=self.body_limit,
+            ) from None
+
     def _map(self, answer: Any, lookup_key: Any, service: str) -> dict[str, Any] | Any:
         value = (
             _walk(answer, self.result_path, lookup_key, service, self.body_limit)
@@ -202,19 +216,9 @@ class FieldMapper:
                     )
                 out[name] = None
                 continue
+            if self.from_strings and type(found) is str and ftype in _LITERALS:
+                found = self._literal(name, found, ftype, (lookup_key, service, value))
             kind = type(found)
-            if self.from_strings and kind is str and ftype in _LITERALS:
-                try:
-                    found = parse_literal(found, ftype)
-                except ValueError as why:
-                    raise BadResponseError(
-                        f"field {name!r}: {why}",
-                        lookup_key=lookup_key,
-                        service=service,
-                        body=repr(value),
-                        body_limit=self.body_limit,
-                    ) from None
-                kind = type(found)
             if ftype == "string":
                 ok = kind is str
             elif ftype == "float":

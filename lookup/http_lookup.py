@@ -7,7 +7,6 @@ import base64
 import email.utils
 import json
 import time
-import urllib.parse
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -165,17 +164,7 @@ class HttpLookup(Lookup):
             k: v for k, v in (headers or {}).items() if isinstance(v, Secret)
         }
         self.json_body = json_body
-        if batch_response not in ("map", "list"):
-            raise LookupOptionError(
-                "batch_response", f"batch_response={batch_response!r}; allowed: 'map', 'list'"
-            )
-        if key is None and len(self.url.fields) == 1:
-            key = "{" + self.url.fields[0] + "}"
-        if self.batching and key is None:
-            raise LookupOptionError(
-                "key", "a batch endpoint needs key= (a template of what is looked up, e.g. '{user_id}')"
-            )
-        self.key = Template(key) if key is not None else None
+        self.key = _key_template(key, self.url, self.batching, batch_response)
         if batch_url is not None:
             batch_url, batch_userinfo = split_userinfo(batch_url)
             userinfo = userinfo or batch_userinfo
@@ -189,9 +178,7 @@ class HttpLookup(Lookup):
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.ca_file = ca_file
-        self.client_options = ClientOptions(
-            ca_file, client_cert, client_key, Secret(proxy) if isinstance(proxy, str) else proxy
-        )
+        self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
         self._json_templates: dict[str, Template] = {}
         self._authorization = self._authorization_header()
         self._redactor = Redactor(self._secret_texts())
@@ -212,8 +199,7 @@ class HttpLookup(Lookup):
         ]
         if self._bearer is not None:
             texts.append(self._bearer.reveal())
-        if self.client_options.proxy is not None:  # a proxy URL may carry a user and password
-            texts += _proxy_secrets(self.client_options.proxy.reveal())
+        texts += self.client_options.secret_texts()  # a proxy URL may carry a user and password
         if self._basic is not None:
             user, password = self._basic[0], self._basic[1]
             assert password is not None
@@ -394,6 +380,21 @@ class HttpLookup(Lookup):
         )
 
 
+def _key_template(key: str | None, url: Template, batching: bool, batch_response: str) -> Template | None:
+    """What is looked up (default: the URL's one field); a batch endpoint needs it."""
+    if batch_response not in ("map", "list"):
+        raise LookupOptionError(
+            "batch_response", f"batch_response={batch_response!r}; allowed: 'map', 'list'"
+        )
+    if key is None and len(url.fields) == 1:
+        key = "{" + url.fields[0] + "}"
+    if batching and key is None:
+        raise LookupOptionError(
+            "key", "a batch endpoint needs key= (a template of what is looked up, e.g. '{user_id}')"
+        )
+    return Template(key) if key is not None else None
+
+
 def _check_client(request_timeout: float, max_connections: int) -> None:
     if request_timeout <= 0:
         raise LookupOptionError("request_timeout", f"request_timeout={request_timeout}; allowed: seconds > 0")
@@ -424,9 +425,3 @@ def _credentials(
         assert password is not None
         basic = (basic_auth[0], password)
     return _secret(bearer_token), basic
-
-
-def _proxy_secrets(proxy: str) -> list[str]:
-    """What of a proxy URL is secret: the URL itself and its password."""
-    password = urllib.parse.urlsplit(proxy).password
-    return [proxy, *([password] if password else [])]

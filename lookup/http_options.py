@@ -45,6 +45,21 @@ class ClientOptions:
             if scheme not in ("http", "https"):
                 raise LookupOptionError("proxy", "proxy=: allowed: an http:// or https:// proxy URL")
 
+    @classmethod
+    def of(
+        cls, ca_file: str | None, client_cert: str | None, client_key: str | None, proxy: str | Secret | None
+    ) -> ClientOptions:
+        """The options as :class:`HttpLookup` takes them (a proxy URL given as a plain str)."""
+        return cls(ca_file, client_cert, client_key, Secret(proxy) if isinstance(proxy, str) else proxy)
+
+    def secret_texts(self) -> list[str]:
+        """What of the options a message must never show: the proxy URL and its password."""
+        if self.proxy is None:
+            return []
+        proxy = self.proxy.reveal()
+        password = urllib.parse.urlsplit(proxy).password
+        return [proxy, *([password] if password else [])]
+
     def proxy_for(self, url: str) -> Secret | None:
         """The proxy a request to ``url`` goes through, if any (explicit, then environment)."""
         if self.proxy is not None:

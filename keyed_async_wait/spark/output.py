@@ -107,37 +107,16 @@ class RowSource:
         """The output batch for an operator chunk (``(record, results)`` pairs and
         FailedRecords). ``state``: one value per item of the state column (parking plans).
 
-        A result that does not fit the output schema fails the task, naming its column and key;
-        with an error column it is that record's failure instead: the record's row carries the
-        error, as any failed record's does, and the other rows of the chunk are kept."""
+        A result that does not fit fails the task, or is that record's error with an error column."""
         if self.plan.error_column is None:
             return self._assemble(chunk, state)
-        where = self._where
-        saved = {id(item.record if isinstance(item, FailedRecord) else item[0]) for item in chunk}
-        positions = {i: where[i] for i in saved}
+        ids = {id(x.record if type(x) is FailedRecord else x[0]) for x in chunk}
+        positions = {i: self._where[i] for i in ids}
         try:
             return self._assemble(chunk, state)
         except ResultSchemaError:
-            where.update(positions)  # nothing was released: the rows are all still held
-            return self._assemble([self._misfit_failed(item) for item in chunk], state)
-
-    def _misfit_failed(self, item: Any) -> Any:
-        """``item``, or a FailedRecord when one of its results does not fit the schema."""
-        if isinstance(item, FailedRecord):
-            return item
-        record, found = item
-        try:
-            self._check_keys(found, record)
-            for result in found:
-                for name, kind in self._results:
-                    try:
-                        self._convert[name]([result[name]])
-                    except ValueMismatch as why:
-                        position = self._where[id(record)]
-                        raise self._mismatch(name, kind, result[name], why, position) from None
-        except ResultSchemaError as misfit:
-            return FailedRecord(record, None, type(misfit).__name__, str(misfit), 1, misfit)
-        return item
+            self._where.update(positions)  # nothing was released: the rows are all still held
+            return self._assemble([_misfit_failed(self, item) for item in chunk], state)
 
     def _assemble(self, chunk: Sequence[Any], state: Sequence[Any] | None) -> pa.RecordBatch:
         plain = self._plain(chunk) if state is None else None
@@ -370,3 +349,22 @@ class RowSource:
     def position(self, record: dict[str, Any]) -> int:
         """A row's position in the task's input (orders parked rows of a key)."""
         return self._where[id(record)]
+
+
+def _misfit_failed(source: RowSource, item: Any) -> Any:
+    """``item``, or a FailedRecord when one of its results does not fit the schema."""
+    if isinstance(item, FailedRecord):
+        return item
+    record, found = item
+    try:
+        source._check_keys(found, record)
+        for result in found:
+            for name, kind in source._results:
+                try:
+                    source._convert[name]([result[name]])
+                except ValueMismatch as why:
+                    position = source._where[id(record)]
+                    raise source._mismatch(name, kind, result[name], why, position) from None
+    except ResultSchemaError as misfit:
+        return FailedRecord(record, None, type(misfit).__name__, str(misfit), 1, misfit)
+    return item
