@@ -9,6 +9,11 @@ Our runs have a 10 s timeout and 3 attempts (fixed 100 ms delay) switched on. Ba
 (b) a hand-written mapInArrow with asyncio.gather over aiohttp, 100 concurrent,
 (c) Spark's Arrow UDF concurrency (spark.sql.execution.pythonUDF.arrow.concurrency.level=100).
 Then key_ordered_wait with maxRecordsPerBatch=100, and batched Redis lookups end to end.
+The physical limit: what a client that costs nothing gets from the same service, measured with
+``wrk`` (a C load generator) at 400 connections, the most the jobs keep in flight; each HTTP
+job is printed as a fraction of it. ``wrk`` is taken from PATH, else from Debian's package,
+fetched with ``apt-get download`` (no root) into ~/.cache/keyed-async-wait/wrk; the figure is
+left out, saying so, when neither works.
 (d) PyFlink's AsyncDataStream, with --pyflink: the script makes an environment of its own for
 it (.venv-pyflink: apache-flink pins pyarrow < 21 and pandas < 2.3) and runs
 benchmarks/pyflink_job.py there, with separate Python workers and a file sink.
@@ -22,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,6 +143,51 @@ def pyflink_rate(python: str, url: str, rows: int, mode: str, timeout: float) ->
     if done.returncode != 0:
         raise RuntimeError(f"PyFlink job failed:\n{done.stderr[-3000:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["rows_per_s"])
+
+
+WRK_CACHE = Path.home() / ".cache" / "keyed-async-wait" / "wrk"
+
+
+def wrk_command() -> tuple[list[str], dict[str, str]] | None:
+    """wrk from PATH, else Debian's package unpacked into WRK_CACHE; None when neither works."""
+    found = shutil.which("wrk")
+    if found:
+        return [found], dict(os.environ)
+    binary, libs = WRK_CACHE / "usr" / "bin" / "wrk", WRK_CACHE / "usr" / "lib" / "x86_64-linux-gnu"
+    if not binary.exists():
+        WRK_CACHE.mkdir(parents=True, exist_ok=True)
+        try:
+            for package in ("wrk", "libluajit-5.1-2"):
+                subprocess.run(
+                    ["apt-get", "download", package], cwd=WRK_CACHE, check=True, capture_output=True
+                )
+            for deb in WRK_CACHE.glob("*.deb"):
+                subprocess.run(["dpkg", "-x", str(deb), str(WRK_CACHE)], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"  wrk: none on PATH and apt-get download failed ({exc}); limit left out")
+            return None
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{libs}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    return [str(binary)], env
+
+
+def physical_limit(url: str, connections: int, seconds: int = 10) -> float | None:
+    """Requests/s that wrk gets from the service at ``connections`` in flight, or None."""
+    command = wrk_command()
+    if command is None:
+        return None
+    argv, env = command
+    out = subprocess.run(
+        [*argv, "-t2", f"-c{connections}", f"-d{seconds}s", f"{url}/users/1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+    )
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
+    if out.returncode != 0 or match is None:
+        print(f"  wrk failed: {out.stderr.strip() or out.stdout.strip()}; limit left out")
+        return None
+    return float(match.group(1))
 
 
 def main() -> None:
@@ -275,6 +327,15 @@ def main() -> None:
                 print(f"  {ours:<18} {results[ours] / results[base]:7.2f}x {base}")
         ratio = results["key_ordered_wait"] / results["unordered_wait"]
         print(f"  key_ordered_wait   {ratio:7.2f}x unordered_wait")
+        limit = physical_limit(url, 400)
+        if limit is not None:
+            results["wrk, 400 connections"] = limit
+            print(
+                f"the physical limit: wrk, 400 connections, {limit:,.0f} requests/s; each job as a fraction:"
+            )
+            for label, rate in results.items():
+                if not label.startswith(("(a)", "key_ordered_wait, Redis", "wrk")):
+                    print(f"  {label:<48} {rate / limit:5.2f}")
 
     with redis_url_or_embedded() as redis_url:
         import redis

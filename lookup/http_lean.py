@@ -39,7 +39,7 @@ import httptools
 import yarl
 from multidict import CIMultiDict
 
-from .http_connect import Resolver, race
+from .http_connect import Resolver, open_socket
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer
 
@@ -64,10 +64,6 @@ _USER_AGENT = "keyed-async-wait"
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
 # methods a request may be sent again for when a kept-alive connection turned out closed
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
-
-
-def _nothing() -> None:
-    pass
 
 
 class WireError(ConnectionError):
@@ -142,6 +138,8 @@ class _Connection(asyncio.Protocol):
         if self._header_bytes > MAX_HEADER_BYTES:
             self._fail(WireError(f"the answer's headers are over {MAX_HEADER_BYTES} bytes"))
             return
+        if self._in_body:  # a trailer: never the answer's framing or coding (RFC 9110 6.5.1)
+            return
         # llhttp keeps a value's trailing whitespace
         self._headers.append((name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")))
 
@@ -180,11 +178,6 @@ class _Connection(asyncio.Protocol):
         self._got_bytes = False
         self._transport.write(request)
         return await waiter
-
-    def discard(self) -> None:
-        """Close a connection that lost a race: it was never counted, so its loss is not."""
-        self._on_lost = _nothing
-        self.abort()
 
     def close(self) -> None:
         self.reusable = False
@@ -375,18 +368,17 @@ class LeanTransport:
             self._close_one_idle()
         scheme, host, port = origin
         tls = self._context() if scheme == "https" else None
-        loop = asyncio.get_running_loop()
-
-        async def connect(address: tuple[str, int]) -> _Connection:
-            _, conn = await loop.create_connection(
-                lambda: _Connection(self._lost), *address, ssl=tls, server_hostname=host if tls else None
-            )
-            return conn
-
         self._open += 1
         try:
-            addresses = await self._resolver.addresses(host, port)
-            conn: _Connection = await race(connect, addresses, _HAPPY_EYEBALLS_DELAY, _Connection.discard)
+            infos = await self._resolver.addresses(host, port)
+            sock = await open_socket(infos, _HAPPY_EYEBALLS_DELAY)
+            try:
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    lambda: _Connection(self._lost), sock=sock, ssl=tls, server_hostname=host if tls else None
+                )
+            except BaseException:
+                sock.close()
+                raise
         except BaseException:
             self._open -= 1
             raise

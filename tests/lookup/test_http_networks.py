@@ -55,6 +55,24 @@ def test_every_gzip_member_is_decoded_and_trailing_bytes_are_an_error() -> None:
     run(main())
 
 
+def test_trailers_do_not_change_the_body() -> None:
+    """A chunked answer with trailers (one naming ``Content-Encoding``, which a trailer may not
+    carry): the body is the chunks, read the same on every client, and the next answer on the
+    kept-alive connection is whole."""
+    body = b'{"name": "trailed"}'
+    framed = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum, Content-Encoding\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\nX-Sum: 42\r\nContent-Encoding: gzip\r\n\r\n" % (len(body), body)
+    )
+
+    async def main() -> None:
+        async with Server(answering(framed)).running() as url:
+            fn = HttpLookup(f"{url}/u/{{id}}", fields=["name"], max_connections=1)
+            assert await names(fn, ["1", "2"]) == [[{"name": "trailed"}], [{"name": "trailed"}]]
+
+    run(main())
+
+
 def test_a_body_cut_short_by_a_reset_is_an_error_never_a_value(client: str) -> None:
     if client == "aiohttp":
         pytest.skip("aiohttp returns what came before a reset of a close-framed body (known; lean default)")
@@ -220,6 +238,82 @@ def test_mtls_with_a_client_certificate_and_an_added_ca(tmp_path: Any) -> None:
     run(main())
 
 
+class Tunnel:
+    """A forward proxy on loopback that speaks CONNECT (as corporate proxies do for https):
+    records each CONNECT target, then pipes bytes both ways until either side closes."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+            method, target, _ = head.split(b"\r\n")[0].decode().split(" ")
+            assert method == "CONNECT", method
+            self.targets.append(target)
+            host, port = target.rsplit(":", 1)
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), WAIT)
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await asyncio.wait_for(asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer)), WAIT)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+def test_https_through_the_environments_proxy_with_mtls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job behind a proxy, with mTLS: nothing beyond ``HTTPS_PROXY`` and ``client_cert=``.
+    The proxy sees only the CONNECT target; TLS (and the client certificate) go end to end."""
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    authority.configure_trust(server_context)
+    server_context.verify_mode = ssl.CERT_REQUIRED
+    client_cert = authority.issue_cert("client@example")
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+            writer.write(ok(b'{"name": "tunnelled"}', "Connection: close"))
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        tunnel = Tunnel()
+        proxy = await asyncio.start_server(tunnel.serve, "127.0.0.1", 0)
+        origin = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_context)
+        origin_port = origin.sockets[0].getsockname()[1]
+        try:
+            monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+            with (
+                authority.cert_pem.tempfile() as ca,
+                client_cert.private_key_and_cert_chain_pem.tempfile() as pem,
+            ):
+                url = f"https://127.0.0.1:{origin_port}/u/{{id}}"
+                fn = HttpLookup(url, fields=["name"], ca_file=ca, client_cert=pem)
+                assert await names(fn, ["1"]) == [[{"name": "tunnelled"}]]
+            assert tunnel.targets == [f"127.0.0.1:{origin_port}"]
+        finally:
+            for server in (proxy, origin):
+                server.close()
+                await asyncio.wait_for(server.wait_closed(), WAIT)
+
+    run(main())
+
+
 def test_ca_file_adds_to_the_system_store() -> None:
     from lookup.http_options import ClientOptions, tls_context
 
@@ -266,8 +360,11 @@ def test_a_dead_first_address_falls_back_to_the_next_within_a_second(
             live = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
             loop = asyncio.get_running_loop()
 
-            async def two_addresses(host: str, port: Any, **_: Any) -> list[Any]:
-                assert host == "two.test"
+            resolve = loop.getaddrinfo
+
+            async def two_addresses(host: str, port: Any, **kwargs: Any) -> list[Any]:
+                if host != "two.test":  # uvloop's sock_connect resolves an IP literal again
+                    return await resolve(host, port, **kwargs)
                 return [
                     (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", dead),
                     (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", live),
