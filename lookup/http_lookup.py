@@ -26,7 +26,7 @@ from .http_client import http_client_setting, make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Answer, Transport
 from .limits import Limits
-from .secrets import Redactor, Secret, split_userinfo
+from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .template import Template
 
 __all__ = ["HttpLookup", "Secret"]
@@ -238,6 +238,14 @@ class HttpLookup(Lookup):
         await client.aclose()
 
     # ------------------------------------------------------------------ requests
+
+    def describe_call(self, record: Any) -> str:
+        """What this lookup asks for ``record``, for its errors: the method and URL, secrets
+        redacted (a batching lookup: the key and the batch URL)."""
+        if self.batching:
+            assert self.key is not None
+            return self._redactor.redact(f"key {self.key.render(record)!r} by POST {self.batch_url}")
+        return self._redactor.redact(f"{self.method} {redact_url(self.url.render(record))}")
 
     def request_key(self, record: Any) -> Hashable:
         if self.batching:

@@ -145,6 +145,10 @@ class RedisLookup(Lookup):
     def request_key(self, record: Any) -> Hashable:
         return self.key.render(record)
 
+    def describe_call(self, record: Any) -> str:
+        """What this lookup asks for ``record``, for its errors: the command and the Redis key."""
+        return f"Redis {self.command} {self.key.render(record)!r}"
+
     def _request_keys_fast(self, records: list[Any]) -> list[Any]:
         return self.key.render_many(records)
 

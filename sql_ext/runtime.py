@@ -84,4 +84,5 @@ def _null_is_miss(adapter: FunctionAdapter, inputs: tuple[str, ...]) -> Function
         call_batch=checked_batch,
         fallback=adapter.fallback,
         eager=adapter.eager,
+        describe=adapter.describe,
     )

@@ -47,14 +47,16 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def describe_record(key: Any, record: Any) -> str:
+def describe_record(key: Any, record: Any, target: str | None = None) -> str:
     """A record for a message: by its key, or (in the modes without one) by a short rendering of
-    its values, so that an error always says which record."""
+    its values, so that an error always says which record; ``target``, when known, is what the
+    action does for it (a lookup's own key: ``GET https://host/users/7``, ``Redis key user:7``)."""
+    call = f" ({target})" if target else ""
     if key is not None:
-        return f"record with key {_short(key)}"
+        return f"record with key {_short(key)}{call}"
     if isinstance(record, dict):  # the operator's own fields (a chain's progress) are no input
         record = {k: v for k, v in record.items() if not str(k).startswith("_kaw")}
-    return f"record {_short(record)}"
+    return f"record {_short(record)}{call}"
 
 
 class KeyedAsyncWaitError(Exception):
@@ -97,18 +99,21 @@ class RecordKeyError(KeyedAsyncWaitError, KeyError):
 class RecordFailedError(KeyedAsyncWaitError):
     """An action failed and no retry is left.
 
-    ``key``, ``attempts`` and ``record`` say which record; the cause is chained.
+    ``key``, ``attempts`` and ``record`` say which record, ``target`` what the action did for
+    it when the action says (a lookup's URL, secrets redacted, or its Redis key); the cause is
+    chained.
     """
 
     retryable = False
 
-    def __init__(self, key: Any, attempts: int, record: Any, reason: str) -> None:
+    def __init__(self, key: Any, attempts: int, record: Any, reason: str, target: str | None = None) -> None:
         self.key = key
         self.attempts = attempts
         self.record = record
         self.reason = reason
+        self.target = target
         super().__init__(
-            f"{describe_record(key, record)} failed after {attempts} attempt"
+            f"{describe_record(key, record, target)} failed after {attempts} attempt"
             f"{'' if attempts == 1 else 's'}: {reason}"
         )
 
@@ -116,9 +121,11 @@ class RecordFailedError(KeyedAsyncWaitError):
 class RecordTimeoutError(RecordFailedError, TimeoutError):
     """The per-record timeout expired before the action (with its retries) finished."""
 
-    def __init__(self, key: Any, attempts: int, record: Any, timeout: float) -> None:
+    def __init__(
+        self, key: Any, attempts: int, record: Any, timeout: float, target: str | None = None
+    ) -> None:
         self.timeout = timeout
-        super().__init__(key, attempts, record, f"timed out after {timeout:g} s (retries included)")
+        super().__init__(key, attempts, record, f"timed out after {timeout:g} s (retries included)", target)
 
 
 class ResultTypeError(KeyedAsyncWaitError, TypeError):

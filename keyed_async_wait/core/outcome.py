@@ -25,6 +25,7 @@ no shorter than the error's ``retry_after``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -92,7 +93,7 @@ _EXPIRE: Final = Expire()
 class OutcomePolicy:
     """Decides a record's next step from how its attempt ended (pure; see the module doc)."""
 
-    __slots__ = ("defer", "emit", "retry", "retry_results", "timeout")
+    __slots__ = ("defer", "describe", "emit", "retry", "retry_results", "timeout")
 
     def __init__(
         self,
@@ -100,7 +101,9 @@ class OutcomePolicy:
         on_error: str,
         defer: DeferPolicy | None,
         timeout: float | None,
+        describe: Callable[[Any], str | None] | None = None,
     ) -> None:
+        self.describe = describe  # what the action does for a record, for its errors
         self.retry = retry
         self.retry_results = retry is not None and retry.checks_results
         self.emit = on_error != "fail"
@@ -131,8 +134,20 @@ class OutcomePolicy:
         """The record's time ran out (no fallback, or the fallback gave none)."""
         assert self.timeout is not None
         return self.failed(
-            entry, RecordTimeoutError(entry.key, entry.attempts, entry.record, self.timeout), wall
+            entry,
+            RecordTimeoutError(entry.key, entry.attempts, entry.record, self.timeout, self._target(entry)),
+            wall,
         )
+
+    def _target(self, entry: Entry) -> str | None:
+        """What the action does for ``entry``'s record, if it says; never raises (an error is
+        being described: a record its action cannot describe is still named by its values)."""
+        if self.describe is None:
+            return None
+        try:
+            return self.describe(entry.record)
+        except Exception:  # noqa: BLE001 - describing must never replace the error described
+            return None
 
     def _again(self, entry: Entry, delay: float, now: float, holding: bool) -> Decision:
         if holding:  # no new attempt: kept, with its attempts, for the next run
@@ -156,12 +171,15 @@ class OutcomePolicy:
                 entry.record,
                 f"deferred {info.deferrals - 1} times over {wall - info.deferred_since:.0f} s, the maximum "
                 f"deferral age; last error {info.error}",
+                self._target(entry),
             )
             attempts = info.attempts
         if isinstance(exc, RecordFailedError):
             error: RecordFailedError = exc
         else:
-            error = RecordFailedError(entry.key, attempts, entry.record, f"{type(exc).__name__}: {exc}")
+            error = RecordFailedError(
+                entry.key, attempts, entry.record, f"{type(exc).__name__}: {exc}", self._target(entry)
+            )
             error.__cause__ = exc
         if not self.emit:
             return Fail(error)

@@ -77,6 +77,7 @@ class FunctionAdapter:
         "call",
         "call_batch",
         "close",
+        "describe",
         "eager",
         "fallback",
         "name",
@@ -96,6 +97,7 @@ class FunctionAdapter:
         close: Callable[[], Awaitable[None]] | None = None,
         eager: bool = False,
         bind_release: Callable[[Any], None] | None = None,
+        describe: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.name = name
         # given the runtime's release(record) -> bool, or None (a function that releases its key
@@ -108,6 +110,8 @@ class FunctionAdapter:
         self.fallback = fallback
         self.open = open
         self.close = close
+        # what the action does for a record (a lookup's own key), named in that record's errors
+        self.describe = describe
 
 
 def check_release(adapter: FunctionAdapter, on_error: str) -> None:
@@ -141,6 +145,7 @@ def adapt_function(function: Any) -> FunctionAdapter:
             close=getattr(function, "close", None),
             eager=bool(getattr(function, "eager_start", False)),
             bind_release=getattr(function, "bind_release", None),
+            describe=getattr(function, "describe_call", None),
         )
     if callable(function):
         return FunctionAdapter(

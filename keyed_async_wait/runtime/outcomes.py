@@ -34,7 +34,9 @@ class Outcomes:
         self.run = run
         self.fn = run.fn
         self.timers = timers
-        self.policy = OutcomePolicy(settings.retry, settings.on_error, settings.defer, settings.timeout)
+        self.policy = OutcomePolicy(
+            settings.retry, settings.on_error, settings.defer, settings.timeout, run.fn.describe
+        )
         self.result_retry = self.policy.retry_results
         defer = settings.defer
         self.wall: Callable[[], float] = defer.clock if defer is not None else time.time

@@ -155,6 +155,7 @@ def shared(adapter: FunctionAdapter) -> FunctionAdapter:
         call_batch=adapter.call_batch,
         fallback=adapter.fallback,
         eager=adapter.eager,
+        describe=adapter.describe,
     )
 
 

@@ -203,3 +203,13 @@ def test_an_error_of_a_record_without_a_key_names_the_record_by_its_values() -> 
     failed = RecordFailedError(None, 2, {"n": "x" * 500}, "boom")
     assert str(failed).startswith("record {'n': 'xxx") and len(str(failed)) < 200
     assert str(RecordFailedError(5, 1, {"n": 1}, "boom")).startswith("record with key 5 failed")
+
+
+def test_an_error_names_what_the_action_did_for_the_record_when_it_says() -> None:
+    policy = OutcomePolicy(None, "fail", None, 1.0, describe=lambda record: f"GET /u/{record['id']}")
+    decision = policy.expired(_entry(1, 0.0), 2.0)
+    assert isinstance(decision, Fail) and decision.error.target == "GET /u/7"
+    assert "(GET /u/7) failed after 1 attempt" in str(decision.error)
+    broken = OutcomePolicy(None, "fail", None, 1.0, describe=lambda record: record["missing"])
+    decision = broken.expired(_entry(1, 0.0), 2.0)  # a record the action cannot describe
+    assert isinstance(decision, Fail) and decision.error.target is None

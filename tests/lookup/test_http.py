@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RecordTimeoutError, RetryStrategy
 from lookup import (
     BadResponseError,
     Field,
@@ -111,6 +111,30 @@ def test_slower_than_the_request_timeout_is_a_retryable_timeout(service: Any) ->
         run(lookup_all(fn, [{"order_id": 1, "user_id": 3}]))
     assert isinstance(info.value.__cause__, LookupTimeoutError)
     assert isinstance(info.value.__cause__, TimeoutError) and info.value.__cause__.retryable
+
+
+@pytest.mark.parametrize("mode", ["ordered", "unordered"])
+def test_a_record_timeout_names_the_record_and_the_request(service: Any, mode: str) -> None:
+    """In the modes without an ordering key, a record's timeout names it by its values and by
+    what the lookup asked for it (method and URL); a secret in the URL stays hidden."""
+    url, state = service
+    state.slow_ids = {"3"}
+    state.slow_seconds = 5
+    host = url.split("//", 1)[1]
+    fn = HttpLookup(f"http://user:pa55word@{host}/users/{{user_id}}", params={"t": "{user_id}"})
+    op = KeyedAsyncWaitOperator(fn, mode=mode, output="pairs", timeout=0.3)
+
+    async def main() -> None:
+        try:
+            [_ async for _ in op.process([{"order_id": 1, "user_id": 3}])]
+        finally:
+            await fn.aclose()
+
+    with pytest.raises(RecordTimeoutError) as info:
+        run(main())
+    message = str(info.value)
+    assert message.startswith(f"record {{'order_id': 1, 'user_id': 3}} (GET http://{host}/users/3) failed")
+    assert "pa55word" not in message and info.value.target == f"GET http://{host}/users/3"
 
 
 def test_malformed_json_names_the_key_and_is_not_retried(service: Any) -> None:

@@ -207,3 +207,9 @@ def test_typed_fields_over_a_hash_read_its_strings_exactly(db: redis.Redis, redi
     assert raw.mapper.from_strings
     json_get = RedisLookup(redis_url, "price:{sku}", fields=[Field("price", "float")])
     assert not json_get.mapper.from_strings  # JSON values carry their own types
+
+
+def test_a_lookup_describes_its_own_key_for_errors() -> None:
+    """What an error of a record names besides the record (no server needed: nothing is sent)."""
+    fn = RedisLookup("redis://:pw@127.0.0.1:1/0", "user:{k}", command="HGETALL")
+    assert fn.describe_call({"k": 7}) == "Redis HGETALL 'user:7'"
