@@ -82,6 +82,17 @@ def _json_fields(template: Any) -> list[str]:
     return []
 
 
+def _authorization_header(bearer: Secret | None, basic: tuple[str, Secret | None] | None) -> Secret | None:
+    if bearer is not None:
+        return Secret(f"Bearer {bearer.reveal()}")
+    if basic is not None:
+        user, password = basic
+        assert password is not None
+        token = base64.b64encode(f"{user}:{password.reveal()}".encode()).decode("ascii")
+        return Secret(f"Basic {token}")
+    return None
+
+
 class HttpLookup(Lookup):
     """Look records up over HTTP.
 
@@ -180,18 +191,8 @@ class HttpLookup(Lookup):
         self.ca_file = ca_file
         self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
         self._json_templates: dict[str, Template] = {}
-        self._authorization = self._authorization_header()
+        self._authorization = _authorization_header(self._bearer, self._basic)
         self._redactor = Redactor(self._secret_texts())
-
-    def _authorization_header(self) -> Secret | None:
-        if self._bearer is not None:
-            return Secret(f"Bearer {self._bearer.reveal()}")
-        if self._basic is not None:
-            user, password = self._basic
-            assert password is not None
-            token = base64.b64encode(f"{user}:{password.reveal()}".encode()).decode("ascii")
-            return Secret(f"Basic {token}")
-        return None
 
     def _secret_texts(self) -> list[str]:
         texts = [v.reveal() for _, v in self._secret_params] + [
