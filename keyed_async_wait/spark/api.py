@@ -96,8 +96,8 @@ class AsyncDataStream:
             The records, batch or streaming.
         fn : AsyncFunction, lookup or ``async def``
             Called once per record (or per batch, with ``invoke_batch``).
-        **options
-            See :class:`AsyncDataStream`.
+        timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics, backlog, event_time, observe
+            The options every wait takes, described on :class:`AsyncDataStream`.
 
         Returns
         -------
@@ -211,10 +211,13 @@ class AsyncDataStream:
             Rows that may wait behind their key beyond ``capacity`` (default 0): with input that
             brings many updates of few keys at a time, other keys still get ``capacity`` rows in
             flight; memory then holds up to ``capacity + blocked_capacity`` rows per task.
-        df, fn, **options
+        df, fn, timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics, backlog, event_time, observe
             As :meth:`ordered_wait`.
 
-        Returns, Raises: as :meth:`ordered_wait`.
+        Returns
+        -------
+        DataFrame
+            As :meth:`ordered_wait`.
 
         Examples
         --------
@@ -307,8 +310,10 @@ class AsyncDataStream:
         step_journal : StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
-        key, order_by, num_partitions, df, fn, **options
+        key, order_by, num_partitions, df, fn
             As :meth:`key_ordered_wait`.
+        timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics
+            As :meth:`ordered_wait`.
 
         Returns
         -------
