@@ -96,8 +96,10 @@ class AsyncDataStream:
             The records, batch or streaming.
         fn : AsyncFunction, lookup or ``async def``
             Called once per record (or per batch, with ``invoke_batch``).
-        timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics, backlog, event_time, observe
-            The options every wait takes, described on :class:`AsyncDataStream`.
+        timeout, capacity, retry, output_schema, join, error_column
+            Options every wait takes, described on :class:`AsyncDataStream`.
+        batch_size, metrics, backlog, event_time, observe
+            Options every wait takes, described on :class:`AsyncDataStream`.
 
         Returns
         -------
@@ -211,7 +213,9 @@ class AsyncDataStream:
             Rows that may wait behind their key beyond ``capacity`` (default 0): with input that
             brings many updates of few keys at a time, other keys still get ``capacity`` rows in
             flight; memory then holds up to ``capacity + blocked_capacity`` rows per task.
-        df, fn, timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics, backlog, event_time, observe
+        df, fn, timeout, capacity, retry, output_schema, join, error_column
+            As :meth:`ordered_wait`.
+        batch_size, metrics, backlog, event_time, observe
             As :meth:`ordered_wait`.
 
         Returns
