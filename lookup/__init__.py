@@ -1,4 +1,4 @@
-"""HTTP and Redis lookups: ready ``AsyncFunction``s for the keyed async wait operator.
+"""HTTP and Redis lookups and writes: ready ``AsyncFunction``s for the keyed async wait operator.
 
 The lookup key (what is looked up, e.g. ``user_id``) is independent of the operator's ordering
 key (e.g. the upsert key ``order_id``).
@@ -16,14 +16,18 @@ from .exceptions import (
     RateLimitedError,
     ServiceUnavailableError,
     TemplateError,
+    VersionError,
     WrongTypeError,
 )
 from .fields import Field
 from .http_lookup import HttpLookup
+from .http_write import HttpWrite
 from .limits import Limits, SharedRate, ThrottleStats
 from .redis_lookup import RedisLookup
+from .redis_write import RedisWrite
 from .secrets import Secret
 from .template import Template
+from .writes import Write, WriteStats
 
 __all__ = [
     "MISS",
@@ -32,6 +36,7 @@ __all__ = [
     "CircuitOpenError",
     "Field",
     "HttpLookup",
+    "HttpWrite",
     "Limits",
     "Lookup",
     "LookupOptionError",
@@ -41,11 +46,15 @@ __all__ = [
     "PartialCache",
     "RateLimitedError",
     "RedisLookup",
+    "RedisWrite",
     "Secret",
     "ServiceUnavailableError",
     "SharedRate",
     "Template",
     "TemplateError",
     "ThrottleStats",
+    "VersionError",
+    "Write",
+    "WriteStats",
     "WrongTypeError",
 ]

@@ -13,7 +13,8 @@
     │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
     ├── CertificateError                      TLS: the service's certificate is not    not retryable
     │                                         trusted (give ca_file=)
-    └── TemplateError (KeyError)              the record lacks a field a template names not retryable
+    ├── TemplateError (KeyError)              the record lacks a field a template names not retryable
+    └── VersionError                          a write's version is NULL or has no order   not retryable
 
     keyed_async_wait.ConfigError (ValueError)
     └── LookupOptionError                     a bad option of a lookup, when it is made; names it
@@ -41,6 +42,7 @@ __all__ = [
     "RateLimitedError",
     "ServiceUnavailableError",
     "TemplateError",
+    "VersionError",
     "WrongTypeError",
 ]
 
@@ -160,3 +162,10 @@ class LookupOptionError(ConfigError):
     def __init__(self, name: str, message: str) -> None:
         self.name, self.value, self.allowed = name, None, message
         KeyedAsyncWaitError.__init__(self, message)
+
+
+class VersionError(LookupServiceError):
+    """A write's version is NULL or of a kind without an order here (names the column and
+    what is allowed); not retryable."""
+
+    retryable = False

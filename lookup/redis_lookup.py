@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -16,14 +15,12 @@ from .exceptions import (
     BODY_LIMIT,
     BadResponseError,
     LookupOptionError,
-    LookupTimeoutError,
-    ServiceUnavailableError,
-    WrongTypeError,
 )
 from .fast_json import loads, loads_many
 from .fields import Field
 from .limits import Limits
-from .redis_packing import hiredis_packing
+from .redis_connect import redis_client
+from .redis_errors import converted_errors, response_error
 from .template import Template
 
 __all__ = ["RedisLookup"]
@@ -118,24 +115,14 @@ class RedisLookup(Lookup):
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> aioredis.Redis:
-        password = os.environ.get(self.password_env) if self.password_env else None
-        kwargs: dict[str, Any] = {
-            "max_connections": self.max_connections,
-            "socket_timeout": self.socket_timeout,
-            "socket_connect_timeout": self.socket_timeout,
-            "decode_responses": False,
-        }
-        if self.db is not None:
-            kwargs["db"] = self.db
-        if self.ca_file is not None:
-            kwargs["ssl_ca_certs"] = self.ca_file  # TLS is always verified; this adds a CA bundle
-        if password is not None:
-            kwargs["password"] = password
-        # a blocking pool: with more calls in flight than max_connections, a call waits for a
-        # connection (the operator's timeout bounds it) instead of failing "Too many connections"
-        pool = aioredis.BlockingConnectionPool.from_url(self.url, timeout=None, **kwargs)
-        pool.connection_class = hiredis_packing(pool.connection_class)  # the class the URL asks for
-        return aioredis.Redis.from_pool(pool)
+        return redis_client(
+            self.url,
+            db=self.db,
+            password_env=self.password_env,
+            max_connections=self.max_connections,
+            socket_timeout=self.socket_timeout,
+            ca_file=self.ca_file,
+        )
 
     async def _close_client(self, client: aioredis.Redis) -> None:
         await client.aclose()
@@ -154,7 +141,7 @@ class RedisLookup(Lookup):
 
     async def _fetch(self, key: Hashable) -> Any:
         client = self.client()
-        with _converted(key):
+        with converted_errors(key):
             if self.command == "GET":
                 raw = await client.get(key)
             elif self.command == "HGETALL":
@@ -165,7 +152,7 @@ class RedisLookup(Lookup):
 
     async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
         client = self.client()
-        with _converted(keys[:5]):
+        with converted_errors(keys[:5]):
             if self.command == "GET":
                 raws = await client.mget(keys)
                 # MGET answers nil for a key of another type: tell those from real misses
@@ -195,7 +182,7 @@ class RedisLookup(Lookup):
         out: list[Any] = []
         for key, raw in zip(keys, raws, strict=True):
             if isinstance(raw, redis_errors.ResponseError):
-                out.append(_response_error(key, raw))
+                out.append(response_error(key, raw))
                 continue
             try:
                 out.append(self._decoded(key, raw))
@@ -249,34 +236,3 @@ def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:
 
 def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def _response_error(key: Any, exc: redis_errors.ResponseError) -> BadResponseError:
-    message = str(exc)
-    if message.startswith("WRONGTYPE"):
-        return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis")
-    return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis")
-
-
-class _converted:
-    """Turns redis-py errors into lookup errors, at the boundary."""
-
-    def __init__(self, key: Any) -> None:
-        self.key = key
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, redis_errors.TimeoutError):
-            raise LookupTimeoutError(
-                f"Redis did not answer: {exc}", lookup_key=self.key, service="redis"
-            ) from exc
-        if isinstance(exc, (redis_errors.ConnectionError, OSError)):
-            raise ServiceUnavailableError(
-                f"Redis unavailable: {type(exc).__name__}: {exc}", lookup_key=self.key, service="redis"
-            ) from exc
-        if isinstance(exc, redis_errors.ResponseError):
-            raise _response_error(self.key, exc) from exc

@@ -1,9 +1,12 @@
 """A small aiohttp lookup service on loopback, for tests, the demo and the benchmarks.
 
 ``GET /users/{id}`` answers a profile (404 for an unknown id), ``POST /users/batch`` answers
-many (a JSON list of ids in, an object from id to profile out). Latency, a log of every call
-(key, start, end) and faults (a status for the next N calls with Retry-After, malformed JSON,
-answers slower than a client's timeout) are set on :class:`ServiceState`.
+many (a JSON list of ids in, an object from id to profile out). ``PUT``/``PATCH``/``POST``/
+``DELETE /records/{key}`` is a store that fences writes by ``X-Record-Version`` as
+:mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds).
+Latency, a log of every call (key, start, end) and faults (a status for the next N calls with
+Retry-After, malformed JSON, answers slower than a client's timeout) are set on
+:class:`ServiceState`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class ServiceState:
     # (key, start, end, query): what was asked, when, and the request's query parameters
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
+    # the versioned store: key -> (version, body or None for a tombstone), and every write seen
+    # as (key, version, applied, monotonic time)
+    records: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    write_log: list[tuple[str, str, bool, float]] = field(default_factory=list)
     started: threading.Event = field(default_factory=threading.Event)  # set as each request starts
 
     def fail(self, status: int, count: int = -1, retry_after: str | None = None) -> None:
@@ -88,6 +95,27 @@ def _fault(state: ServiceState, key: str, query: dict[str, str]) -> web.Response
     if _matches(state.down_query, query):
         return web.Response(status=503, text="down for these parameters")
     return None
+
+
+def _versioned_store(state: ServiceState, answer: Any) -> Any:
+    """``/records/{key}``: a store that fences writes by ``X-Record-Version`` (byte order), as
+    :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds."""
+
+    async def record(request: web.Request) -> web.Response:
+        key, version = request.match_info["key"], request.headers.get("X-Record-Version", "")
+        body = None if request.method == "DELETE" else await request.json()
+        fault = await answer(key, {}, dict(request.query))  # latency, faults and the call log
+        if fault.status != 200:
+            return fault
+        held = state.records.get(key)  # read, compared and written without a suspension between
+        applied = not version or held is None or version > held[0]  # a fenced write, byte order
+        state.write_log.append((key, version, applied, time.monotonic()))
+        if not applied:
+            return web.Response(status=412, text=f"holds version {held[0] if held else ''}")
+        state.records[key] = (version, body)
+        return web.Response(status=204)
+
+    return record
 
 
 def _app(state: ServiceState) -> web.Application:
@@ -136,6 +164,8 @@ def _app(state: ServiceState) -> web.Application:
         out = {str(i): profile_of(int(i)) for i in ids if str(i).isdigit() and int(i) < state.users}
         return await answer("batch:" + json.dumps(ids[:3]), out)
 
+    record = _versioned_store(state, answer)
+
     async def stats(request: web.Request) -> web.Response:
         counts = {
             "requests": state.requests,
@@ -161,6 +191,7 @@ def _app(state: ServiceState) -> web.Application:
             web.post("/users/batch", batch),
             web.get("/stats", stats),
             web.post("/outage", outage),
+            web.route("*", "/records/{key}", record),
         ]
     )
     return app

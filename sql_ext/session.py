@@ -44,11 +44,16 @@ class AsyncLookupSQL:
     function) over all of them. Register more sources with :meth:`register`."""
 
     def __init__(
-        self, spark: Any, table_function: str, declared_sources: DeclaredSources | None = None
+        self,
+        spark: Any,
+        table_function: str,
+        declared_sources: DeclaredSources | None = None,
+        allow_writes: bool = False,
     ) -> None:
         self.spark = spark
         self.table_function = table_function
         self.declared_sources = declared_sources
+        self.allow_writes = allow_writes
         self._sources: dict[str, LookupSource] = {}
         # Spark Connect has no accumulators: there, decisions() says so and points to explain()
         self._decisions = None if is_connect(spark) else spark.sparkContext.accumulator({}, _count_param())
@@ -72,6 +77,15 @@ class AsyncLookupSQL:
         (default: the lookup's template fields). ``output_schema``: the result columns as DDL
         (default: the lookup's declared fields).
         """
+        from lookup import Write
+
+        if isinstance(function, Write) and not self.allow_writes:
+            raise ConfigError(
+                f"{name}: function",
+                function,
+                "a lookup; a write (RedisWrite, HttpWrite) changes a store whenever a query runs it, "
+                "so SQL gets one only from sql_ext.install(..., allow_writes=True)",
+            )
         source = make_source(name, function, inputs=inputs, output_schema=output_schema)
         try:
             scalar = scalar_function(source, session_time_zone(self.spark))
@@ -128,6 +142,7 @@ def install(
     *,
     table_function: str = "async_lookup",
     declared_sources: DeclaredSources | None = None,
+    allow_writes: bool = False,
 ) -> AsyncLookupSQL:
     """Register the SQL functions in ``spark``'s session.
 
@@ -137,6 +152,10 @@ def install(
 
     ``declared_sources``: the services a SQL user may name in the query itself (``'http'`` and
     ``'redis'`` sources of the table function); without it, none. Nothing in SQL widens it.
+
+    ``allow_writes``: whether ``sources`` may hold writes (:class:`lookup.RedisWrite`,
+    :class:`lookup.HttpWrite`), which change a store whenever a query calls them; refused
+    without it.
 
     Needs pyspark 4.0 (the table function analyzes its call); the scalar functions need 4.2 (an
     Arrow UDF): before that, a query calling one fails naming the version, and the table function
@@ -148,7 +167,7 @@ def install(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
         )
     session_config(spark)  # a bad or unknown setting fails now
-    installed = AsyncLookupSQL(spark, table_function, declared_sources)
+    installed = AsyncLookupSQL(spark, table_function, declared_sources, allow_writes)
     for name, function in (sources or {}).items():
         installed.register(name, function)
     if not sources:

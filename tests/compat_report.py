@@ -3,7 +3,7 @@
 With ``KAW_COMPAT_REPORT=FOLDER`` set, a run writes ``FOLDER/pyspark-<version>.json``: the versions
 it ran with and, for each test marked ``compat("feature")``, its outcome.
 ``python -m tests.compat_report`` turns the records under ``docs/compat/`` into the support matrix
-(``docs/compat/matrix.md``, and the README between its ``compat-matrix`` marks).
+(``docs/compat/matrix.md``, and ``docs/guide/versions.md`` between its ``compat-matrix`` marks).
 """
 
 from __future__ import annotations
@@ -113,10 +113,10 @@ def main() -> int:
     (FOLDER / "matrix.md").write_text(
         "# Support matrix (written by `python -m tests.compat_report` from the tier's records)\n\n" + text
     )
-    readme = FOLDER.parents[1] / "README.md"
+    page = FOLDER.parent / "guide" / "versions.md"
     start, end = "<!-- compat-matrix -->\n", "<!-- /compat-matrix -->"
-    before, rest = readme.read_text().split(start, 1)
-    readme.write_text(before + start + text + rest[rest.index(end) :])
+    before, rest = page.read_text().split(start, 1)
+    page.write_text(before + start + text + rest[rest.index(end) :])
     print(text)
     return 0
 

@@ -42,32 +42,8 @@ Backlog = bool | Literal["auto"] | BacklogPolicy | None
 class AsyncDataStream:
     """Flink's ``AsyncDataStream`` for Spark DataFrames (batch and streaming).
 
-    The options every wait takes (all keyword-only; ``None`` takes the session's
-    ``spark.sql.exec.async-lookup.*`` setting where there is one):
-
-    timeout : float, optional
-        Seconds a record may take, retries included (``...async-lookup.timeout``).
-    capacity : int, optional
-        Records in flight per task (``...async-lookup.buffer-capacity``).
-    retry : RetryStrategy, optional
-        When to try a record again (``...async-lookup.retry-strategy`` and friends).
-    output_schema : str or StructType, optional
-        The result columns (DDL or StructType); lookups with declared fields derive it.
-    join : {"left", "inner"}
-        Keep (NULL results) or drop the rows whose lookup missed.
-    error_column : str, optional
-        A struct column for rows that failed (the wait then never fails the job on a record).
-    batch_size : int, optional
-        Records per ``invoke_batch`` call of a batching function (None: one at a time).
-    metrics : AsyncWaitMetrics, optional
-        Counters summed over the tasks, read on the driver after an action.
-    backlog : bool, "auto" or BacklogPolicy, optional
-        Run tasks with a backlog in the backlog gear (FLIP-327): bigger batches, columnar
-        lookups, one lookup per distinct key.
-    event_time : str, optional
-        A column whose lag behind the clock signals a backlog.
-    observe : str, optional
-        A name under which Spark's observed metrics count rows, misses and errors.
+    Each wait takes the same keyword-only options, documented on :meth:`ordered_wait`
+    (``None`` takes the session's ``spark.sql.exec.async-lookup.*`` setting where there is one).
     """
 
     @staticmethod
@@ -96,10 +72,29 @@ class AsyncDataStream:
             The records, batch or streaming.
         fn : AsyncFunction, lookup or ``async def``
             Called once per record (or per batch, with ``invoke_batch``).
-        timeout, capacity, retry, output_schema, join, error_column
-            Options every wait takes, described on :class:`AsyncDataStream`.
-        batch_size, metrics, backlog, event_time, observe
-            Options every wait takes, described on :class:`AsyncDataStream`.
+        timeout : float, optional
+            Seconds a record may take, retries included (``...async-lookup.timeout``).
+        capacity : int, optional
+            Records in flight per task (``...async-lookup.buffer-capacity``).
+        retry : RetryStrategy, optional
+            When to try a record again (``...async-lookup.retry-strategy`` and friends).
+        output_schema : str or StructType, optional
+            The result columns (DDL or StructType); lookups with declared fields derive it.
+        join : {"left", "inner"}
+            Keep (NULL results) or drop the rows whose lookup missed.
+        error_column : str, optional
+            A struct column for rows that failed (the wait then never fails the job on a record).
+        batch_size : int, optional
+            Records per ``invoke_batch`` call of a batching function (None: one at a time).
+        metrics : AsyncWaitMetrics, optional
+            Counters summed over the tasks, read on the driver after an action.
+        backlog : bool, "auto" or BacklogPolicy, optional
+            Run tasks with a backlog in the backlog gear (FLIP-327): bigger batches, columnar
+            lookups, one lookup per distinct key.
+        event_time : str, optional
+            A column whose lag behind the clock signals a backlog.
+        observe : str, optional
+            A name under which Spark's observed metrics count rows, misses and errors.
 
         Returns
         -------
@@ -216,12 +211,7 @@ class AsyncDataStream:
         df, fn, timeout, capacity, retry, output_schema, join, error_column
             As :meth:`ordered_wait`.
         batch_size, metrics, backlog, event_time, observe
-            As :meth:`ordered_wait`.
-
-        Returns
-        -------
-        DataFrame
-            As :meth:`ordered_wait`.
+            As :meth:`ordered_wait`, which says what is returned and raised.
 
         Examples
         --------
@@ -314,10 +304,8 @@ class AsyncDataStream:
         step_journal : StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
-        key, order_by, num_partitions, df, fn
-            As :meth:`key_ordered_wait`.
-        timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics
-            As :meth:`ordered_wait`.
+        key, order_by, num_partitions, df, fn, timeout, capacity, retry, output_schema, join
+            As :meth:`key_ordered_wait`; ``error_column``, ``batch_size`` and ``metrics`` too.
 
         Returns
         -------

@@ -78,6 +78,8 @@ class AsyncWaitMetrics:
         "unavailable_5xx",  # open circuit, and milliseconds calls waited for a rate, a pause or
         "short_circuited",  # the adaptive limit
         "throttled_ms",
+        "writes_applied",  # write actions (RedisWrite, HttpWrite): applied, and refused as stale
+        "writes_stale",  # (the store held that version or a newer one)
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from lookup.base import Lookup
 from lookup.parts import LookupStats, ReportsLookupStats
+from lookup.writes import WriteStats
 
 from ..core.backlog import Gear
 from ..core.latency import LatencyHistogram
@@ -42,6 +43,7 @@ SAMPLE_COST_SHARE = 50
 
 # a lookup's limits: what lookup_counts reads, under the names the metrics count them by
 THROTTLE_COUNTS = ("rejected_429", "unavailable_5xx", "short_circuited", "throttled_ms")
+WRITE_COUNTS = ("writes_applied", "writes_stale")
 
 
 class Task:
@@ -151,7 +153,7 @@ class Task:
             failures=stats.failures,
             lookups=lookups.get("lookups", 0),
             cache_hits=lookups.get("cache_hits", 0),
-            **{name: lookups.get(name, 0) for name in THROTTLE_COUNTS},
+            **{name: lookups.get(name, 0) for name in (*THROTTLE_COUNTS, *WRITE_COUNTS)},
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,
             backlog_tasks=int(gear is not None and gear.is_backlog),
@@ -269,6 +271,8 @@ def lookup_counts(instance: Any) -> dict[str, int]:
         return total
     # a lookup, or a function of lookups that reports their stats (kaw-enrich's OrderEnricher)
     stats = instance.stats if isinstance(instance, ReportsLookupStats) else None
+    if isinstance(stats, WriteStats):  # a write action (RedisWrite, HttpWrite)
+        return {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
     if not isinstance(stats, LookupStats):
         return {}
     counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}

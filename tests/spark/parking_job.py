@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--expect", type=int, required=True)
     parser.add_argument("--time-cap", type=float, default=0.5)
     parser.add_argument("--journal", help="a Redis URL: run a two-step chain with a step journal")
+    parser.add_argument("--write", help="a Redis URL: write each row to Redis, then to the service")
     args = parser.parse_args()
     spark = (
         SparkSession.builder.master("local[2]")
@@ -69,6 +70,18 @@ def main() -> int:
         )
         lookup = Chain(Step("customer", customer), Step("boss", boss))
         journal = {"step_journal": StepJournal(args.journal)}
+
+    if args.write:  # two fenced writes per row: Redis, then the service's /records
+        from keyed_async_wait import Chain, Step
+        from lookup import HttpWrite, RedisWrite
+
+        cache = RedisWrite(
+            args.write, "kill:{order_id}", fields=["seq", "user_id"], version="seq", result="cached"
+        )
+        crm = HttpWrite(
+            args.url + "/records/{order_id}", fields=["seq", "user_id"], version="seq", result="sent"
+        )
+        lookup = Chain(Step("cache", cache), Step("crm", crm))
 
     def sink(out, batch_id):  # type: ignore[no-untyped-def]
         out = out.withColumn("batch_id", F.lit(batch_id)).withColumn("pos", F.monotonically_increasing_id())

@@ -69,8 +69,9 @@ def test_metrics_count_the_same_through_accumulators_and_observed_metrics(
     state.fail(503, count=30)  # 30 retries, whichever records get them
     df = spark.createDataFrame([Row(seq=i, order_id=i % 50, user_id=i % 40) for i in range(400)])
     metrics = AsyncWaitMetrics(spark, via=via)
+    # 31 attempts: one record may draw every fault (its retries come at once), and still succeed
     out = AsyncDataStream.key_ordered_wait(
-        df, user_lookup(url), "order_id", retry=RetryStrategy.fixed_delay(5, 0), metrics=metrics
+        df, user_lookup(url), "order_id", retry=RetryStrategy.fixed_delay(31, 0), metrics=metrics
     )
     assert out.columns == [*df.columns, "name", "tier"]  # the task rows never show
     rows = out.collect()

@@ -1,7 +1,8 @@
-"""Every code block of the README runs as written, with local services substituted.
+"""Every code block of the README and of the docs (``docs/**/*.md``) runs as written, with
+local services substituted.
 
 Python blocks run as scripts; SQL blocks run statement by statement after the Python setup the
-README names in a comment above them (``<!-- readme: after NAME -->``, NAME a Python block
+same page names in a comment above them (``<!-- readme: after NAME -->``, NAME a Python block
 marked ``<!-- readme: name NAME -->``); bash blocks run in a copy of the project, with
 ``spark://host:7077`` turned into a two-executor ``local-cluster`` and the executors' Python
 one on which only ``--py-files`` can provide this library. The README's test command is what
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 _BLOCK = re.compile(
     r"(?P<marks>(?:<!--\s*readme:[^>]*-->\s*\n)*)```(?P<lang>[a-z]*)\n(?P<body>.*?)^```", re.S | re.M
 )
@@ -32,25 +34,27 @@ _MARK = re.compile(r"<!--\s*readme:\s*(\w+)\s*([^>]*?)\s*-->")
 
 
 class Block:
-    def __init__(self, number: int, lang: str, body: str, marks: dict[str, str]) -> None:
-        self.number, self.lang, self.body, self.marks = number, lang, body, marks
+    def __init__(self, page: Path, number: int, lang: str, body: str, marks: dict[str, str]) -> None:
+        self.page, self.number, self.lang, self.body, self.marks = page, number, lang, body, marks
 
     @property
     def id(self) -> str:
         first = next((line for line in self.body.splitlines() if line.strip()), "")
-        return f"{self.number}-{self.lang}-{re.sub(r'[^A-Za-z0-9_.]+', '_', first)[:40]}"
+        where = self.page.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+        return f"{where}-{self.number}-{self.lang}-{re.sub(r'[^A-Za-z0-9_.]+', '_', first)[:40]}"
 
 
-def blocks() -> list[Block]:
+def blocks(pages: list[Path] = PAGES) -> list[Block]:
     found = []
-    for number, match in enumerate(_BLOCK.finditer(README.read_text())):
-        marks = {m.group(1): m.group(2) for m in _MARK.finditer(match.group("marks"))}
-        found.append(Block(number, match.group("lang"), match.group("body"), marks))
+    for page in pages:
+        for number, match in enumerate(_BLOCK.finditer(page.read_text())):
+            marks = {m.group(1): m.group(2) for m in _MARK.finditer(match.group("marks"))}
+            found.append(Block(page, number, match.group("lang"), match.group("body"), marks))
     return found
 
 
-def _named(name: str) -> Block:
-    (block,) = [b for b in blocks() if b.marks.get("name") == name]
+def _named(page: Path, name: str) -> Block:
+    (block,) = [b for b in blocks([page]) if b.marks.get("name") == name]
     return block
 
 
@@ -154,7 +158,7 @@ def _run_bash(block: Block, services: dict[str, str], tmp_path: Path) -> None:
 
 
 def _sql_script(block: Block, services: dict[str, str]) -> str:
-    setup = _named(block.marks["after"]).body
+    setup = _named(block.page, block.marks["after"]).body
     statements = [s.strip() for s in block.body.split(";") if s.strip()]
     lines = [setup, "for statement in " + repr(statements) + ":", "    spark.sql(statement).collect()"]
     return _substitute("\n".join(lines), services)
@@ -173,7 +177,8 @@ def test_readme_block_runs_as_written(block: Block, services: dict[str, str], tm
         assert "readme:" not in block.body
 
 
-def test_the_readme_has_blocks_of_every_kind() -> None:
+def test_the_docs_have_blocks_of_every_kind() -> None:
     kinds = {b.lang for b in blocks()}
     assert {"python", "sql", "bash"} <= kinds
+    assert any(b.page == README and b.lang == "python" for b in blocks())
     assert shutil.which("bash")

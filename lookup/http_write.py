@@ -1,0 +1,201 @@
+"""HttpWrite: PUT, PATCH, POST or DELETE from a record, with the record's version in headers a
+service fences by.
+
+What is sent with each write (besides the method, the URL template and the JSON body of the
+record's ``fields``):
+
+- ``X-Record-Version``: the record's version as a string whose byte order is the column's
+  order (:mod:`.versions`: ``[0-9a-z]`` only);
+- ``Idempotency-Key``: ``<resource>@<version>``, the same for every re-run of that write.
+
+What the service must do for the effect to be once per resource and version: keep, per
+resource, the version of the last write it applied; apply a write only when its
+``X-Record-Version`` is greater (plain byte comparison), storing it with the change in one
+step; otherwise answer ``412 Precondition Failed`` (or ``409``) without a change, which the
+write counts as refused as stale (no error). A delete keeps its version (a tombstone) for as
+long as an older write may still arrive. A service that dedupes by ``Idempotency-Key`` alone
+gets once per version, but not the order: an older version arriving after a newer one would
+still be applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from .exceptions import BadResponseError, LookupOptionError, RateLimitedError, ServiceUnavailableError
+from .http_client import make_transport, send
+from .http_options import ClientOptions
+from .http_wire import Transport
+from .secrets import Redactor, Secret, redact_url, split_userinfo
+from .template import Template
+from .writes import Write, to_json
+
+__all__ = ["VERSION_HEADER", "HttpWrite"]
+
+VERSION_HEADER = "X-Record-Version"
+METHODS = ("PUT", "PATCH", "POST", "DELETE")
+
+
+class HttpWrite(Write):
+    """Write records to an HTTP service, each resource's writes fenced by the record's version.
+
+    Parameters
+    ----------
+    url : str
+        A template over the record's fields (``https://crm/contacts/{contact_id}``; values are
+        URL-quoted); the resource a write's version is kept for.
+    method : {"PUT", "PATCH", "POST", "DELETE"}
+        The method of an upsert (``DELETE`` always deletes).
+    fields : list of str, optional
+        The record fields sent as a JSON object (dates and times as ISO text, decimals as
+        text, binary as base64); none for ``DELETE``.
+    version : str, optional
+        The column holding the record's version. Required unless ``at_least_once``.
+    deleted : str, optional
+        A boolean column: a record where it is true is sent as ``DELETE``.
+    result : str
+        The name of the result column: true when the write was applied, false when refused as
+        stale (default ``applied``).
+    at_least_once : bool
+        No version: nothing to fence by, so a re-run sends again and an older write may land
+        after a newer one.
+    headers : dict, optional
+        Extra headers; a :class:`Secret` value is never shown.
+    bearer_token, bearer_token_env : optional
+        An ``Authorization: Bearer`` token, or the environment variable holding it.
+    stale_statuses : tuple of int
+        Answers that mean "refused as stale" (default 409 and 412).
+    ca_file, client_cert, client_key, proxy, request_timeout, max_connections
+        As :class:`HttpLookup`.
+    """
+
+    service = "http"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        method: str = "PUT",
+        fields: Sequence[str] | None = None,
+        version: str | None = None,
+        deleted: str | None = None,
+        at_least_once: bool = False,
+        result: str = "applied",
+        headers: Mapping[str, str | Secret] | None = None,
+        bearer_token: str | Secret | None = None,
+        bearer_token_env: str | None = None,
+        stale_statuses: Sequence[int] = (409, 412),
+        ca_file: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        proxy: str | Secret | None = None,
+        request_timeout: float = 10.0,
+        max_connections: int = 100,
+    ) -> None:
+        method = str(method).upper()
+        if method not in METHODS:
+            raise LookupOptionError("method", f"method={method!r}; allowed: {', '.join(METHODS)}")
+        self.fields = tuple(fields or ())
+        if method != "DELETE" and not self.fields:
+            raise LookupOptionError("fields", f"method={method!r} needs fields=[...]: the record fields sent")
+        url, userinfo = split_userinfo(url)
+        if userinfo is not None:
+            raise LookupOptionError("url", "credentials in the URL: give bearer_token= or headers= instead")
+        if not request_timeout > 0:
+            raise LookupOptionError("request_timeout", f"request_timeout={request_timeout!r}; allowed: > 0")
+        self.url = Template(url, url_quote=True)
+        self.method, self.deleted = method, deleted
+        self.stale_statuses = tuple(stale_statuses)
+        self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
+        self.request_timeout, self.max_connections = request_timeout, max_connections
+        token = Secret.from_env(bearer_token_env) if bearer_token_env else bearer_token
+        secret = Secret(token) if isinstance(token, str) else token
+        self._headers = {k: v for k, v in (headers or {}).items() if not isinstance(v, Secret)}
+        self._secret_headers = {k: v for k, v in (headers or {}).items() if isinstance(v, Secret)}
+        if secret is not None:
+            self._secret_headers["Authorization"] = Secret(f"Bearer {secret.reveal()}")
+        texts = [v.reveal() for v in self._secret_headers.values()] + self.client_options.secret_texts()
+        if secret is not None:
+            texts.append(secret.reveal())
+        self._redactor = Redactor(texts)
+        inputs = (*self.url.fields, *self.fields, *((deleted,) if deleted else ()))
+        super().__init__(
+            version=version, at_least_once=at_least_once, fields=tuple(dict.fromkeys(inputs)), result=result
+        )
+
+    def __repr__(self) -> str:
+        return f"HttpWrite({self.method} {self.url.text!r}, version={self.version!r})"
+
+    def target(self, record: Any) -> Hashable:
+        return self.url.render(record)
+
+    def describe_call(self, record: Any) -> str:
+        return self._redactor.redact(f"{self._method_of(record)} {redact_url(self.url.render(record))}")
+
+    def _make_client(self) -> Transport:
+        return make_transport(
+            self.method, self.max_connections, self.request_timeout, self.client_options, self.url.text
+        )
+
+    async def _close_client(self, client: Transport) -> None:
+        await client.aclose()
+
+    def _method_of(self, record: Any) -> str:
+        if self.deleted is not None and record.get(self.deleted):
+            return "DELETE"
+        return self.method
+
+    async def _apply(self, record: Any, target: Hashable, version: str | None) -> bool:
+        method = self._method_of(record)
+        headers = dict(self._headers)
+        headers.update((k, v.reveal()) for k, v in self._secret_headers.items())
+        if version is not None:
+            headers[VERSION_HEADER] = version
+            headers["Idempotency-Key"] = f"{target}@{version}"
+        data = None
+        if method != "DELETE":
+            data = to_json({name: record.get(name) for name in self.fields})
+            headers["Content-Type"] = "application/json"
+        url = str(target)
+        answer = await send(
+            self.client(),
+            method,
+            url,
+            key=url,
+            params=None,
+            headers=headers,
+            data=data,
+            redactor=self._redactor,
+            request_timeout=self.request_timeout,
+            service=redact_url(url),
+        )
+        return self._outcome(method, url, answer.status, answer.headers)
+
+    def _outcome(self, method: str, url: str, status: int, headers: Mapping[str, str]) -> bool:
+        if 200 <= status < 300 or (method == "DELETE" and status in (404, 410)):  # gone is gone
+            return True
+        if status in self.stale_statuses:
+            return False
+        where = self._redactor.redact(redact_url(url))
+        retry_after = _seconds(headers.get("Retry-After"))
+        if status == 429:
+            raise RateLimitedError(
+                "rate limited (429)", lookup_key=where, service="http", retry_after=retry_after
+            )
+        if status >= 500:
+            raise ServiceUnavailableError(
+                f"server error {status}",
+                lookup_key=where,
+                service="http",
+                status=status,
+                retry_after=retry_after,
+            )
+        raise BadResponseError("write rejected", lookup_key=where, service="http", status=status)
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

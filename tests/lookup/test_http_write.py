@@ -1,0 +1,100 @@
+"""HttpWrite against the project's service, whose /records/{key} fences by X-Record-Version."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+from typing import Any
+
+import pytest
+
+from keyed_async_wait import RecordFailedError
+from lookup import HttpWrite, LookupOptionError, Secret
+
+from ..core.helpers import run
+from .writing import write_all
+
+pytestmark = pytest.mark.usefixtures("http_client")  # each test once per HTTP client
+
+
+def test_writes_carry_their_version_and_stale_ones_are_counted_not_failed(service: Any) -> None:
+    url, state = service
+    fn = HttpWrite(url + "/records/{id}", fields=["name", "v"], version="v")
+    updates = [{"id": 1, "v": v, "name": f"n{v}"} for v in (1, 3, 2)] + [{"id": 2, "v": 5, "name": "x"}]
+    pairs = run(write_all(fn, updates))
+    assert {(r["id"], r["v"]): res[0]["applied"] for r, res in pairs} == {
+        (1, 1): True, (1, 3): True, (1, 2): False, (2, 5): True
+    }  # fmt: skip
+    assert state.records["1"][1] == {"name": "n3", "v": 3}
+    assert (fn.stats.applied, fn.stats.stale) == (3, 1)
+    rerun = HttpWrite(url + "/records/{id}", fields=["name", "v"], version="v")
+    assert [res[0]["applied"] for _, res in run(write_all(rerun, updates))] == [False] * 4
+
+
+def test_a_delete_is_versioned_and_an_older_upsert_after_it_is_refused(service: Any) -> None:
+    url, state = service
+    fn = HttpWrite(url + "/records/{id}", fields=["name"], version="v", deleted="gone")
+    updates = [
+        {"id": 4, "v": 1, "name": "a", "gone": False},
+        {"id": 4, "v": 2, "name": None, "gone": True},
+        {"id": 4, "v": 1, "name": "a", "gone": False},
+    ]
+    assert [res[0]["applied"] for _, res in run(write_all(fn, updates))] == [True, True, False]
+    assert state.records["4"][1] is None  # the tombstone
+
+
+def test_the_body_is_exact_json_and_the_headers_carry_version_and_idempotency_key(httpserver: Any) -> None:
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        from werkzeug import Response
+
+        seen.append((request.method, dict(request.headers), request.get_json()))
+        return Response(status=204)
+
+    httpserver.expect_request("/c/7").respond_with_handler(handler)
+    fn = HttpWrite(
+        httpserver.url_for("/c/{id}"), method="PATCH", fields=["at", "amount", "raw"], version="at",
+        headers={"X-Api-Key": Secret("k3y")},
+    )  # fmt: skip
+    at = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
+    run(write_all(fn, [{"id": 7, "at": at, "amount": decimal.Decimal("10.10"), "raw": b"\x00\xff"}]))
+    [(method, headers, body)] = seen
+    assert method == "PATCH" and headers["X-Api-Key"] == "k3y"
+    assert body == {"at": "2026-11-25T12:00:00+00:00", "amount": "10.10", "raw": "AP8="}
+    version = headers["X-Record-Version"]
+    assert version.startswith("t") and headers["Idempotency-Key"] == f"{httpserver.url_for('/c/7')}@{version}"
+    assert "k3y" not in repr(fn)
+
+
+def test_a_rejected_write_fails_its_record_naming_the_write(service: Any) -> None:
+    url, state = service
+    state.fail(400, count=1)
+    fn = HttpWrite(url + "/records/{id}", fields=["v"], version="v")
+    with pytest.raises(RecordFailedError, match=r"PUT http://127\.0\.0\.1:\d+/records/9"):
+        run(write_all(fn, [{"id": 9, "v": 1}]))
+
+
+def test_options_are_checked_when_the_write_is_made() -> None:
+    with pytest.raises(LookupOptionError, match="version="):
+        HttpWrite("http://x/{id}", fields=["a"])
+    with pytest.raises(LookupOptionError, match="method="):
+        HttpWrite("http://x/{id}", method="GET", fields=["a"], version="v")
+    with pytest.raises(LookupOptionError, match="fields="):
+        HttpWrite("http://x/{id}", version="v")
+
+
+def test_racing_writes_of_a_key_never_take_the_service_back_in_time(service: Any) -> None:
+    url, state = service
+    state.jitter = 0.01
+    versions = list(range(30))
+    random.Random(5).shuffle(versions)
+    fn = HttpWrite(url + "/records/{id}", fields=["v"], version="v")
+    run(write_all(fn, [{"id": 3, "v": v} for v in versions], mode="unordered", capacity=30))
+    assert state.records["3"][1] == {"v": 29}
+    held = ""
+    for _key, version, applied, _ in state.write_log:  # the store's own order: only ever forward
+        if applied:
+            assert version > held
+            held = version
