@@ -9,6 +9,10 @@ Arguments (constants, by name after the first two):
 - ``order_by => 'seq'``: the arrival order within a key (an offset, a sequence number).
 - ``buckets => 16``: how many groups of keys an update stream is spread over (below).
 - ``join => 'left'`` (keep rows whose lookup missed, results NULL) or ``'inner'`` (drop them).
+- ``error_column => '_error'``: a row whose lookup failed (its retries spent, its time out) or
+  whose result does not fit its columns keeps its input, with NULL results and the error in
+  this struct column (``error_type``, ``error_message``, ``attempts``), as the DataFrame waits'
+  ``error_column``; without it such a row fails the task.
 
 The output is the table's columns followed by the source's result columns; a lookup with
 several results gives several rows.
@@ -35,8 +39,8 @@ from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.runtime.push import PushDriver
 from keyed_async_wait.spark.compat import arrow_type, at_group_boundary
-from keyed_async_wait.spark.output import ResultSchemaError
-from keyed_async_wait.spark.values import ValueMismatch, column_converter
+from keyed_async_wait.spark.options import ERROR_STRUCT
+from keyed_async_wait.spark.values import column_converter
 from keyed_async_wait.spark.worker import worker_loop
 
 from .allowlist import DeclaredSources
@@ -45,6 +49,7 @@ from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .groups import SharedCalls
 from .modes import InputShape, decide, describe_input
+from .rows import OutputRows
 from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
 from .values import row_reader
@@ -80,6 +85,7 @@ class LookupAnalysis(_AnalyzeResult):  # type: ignore[misc,valid-type]
     columns: tuple[str, ...] = ()
     input_schema: Any = None  # the table's StructType
     join: str = "left"
+    error_column: str | None = None  # failed rows kept, with their error in this struct column
 
 
 def _quoted(name: str) -> str:
@@ -104,7 +110,7 @@ def _order_columns(value: Any, columns: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-CALL_OPTIONS = ("upsert_key", "order_by", "change_column", "buckets", "join")
+CALL_OPTIONS = ("upsert_key", "order_by", "change_column", "buckets", "join", "error_column")
 
 
 def analyze(
@@ -125,7 +131,7 @@ def analyze(
     unknown = sorted(set(options) - set(CALL_OPTIONS) - set(DECLARED_OPTIONS))
     if unknown:
         raise ConfigError(unknown[0], "(given)", ", ".join((*CALL_OPTIONS, *DECLARED_OPTIONS)))
-    upsert_key, order_by, change_column, buckets, join = (options.get(name) for name in CALL_OPTIONS)
+    upsert_key, order_by, change_column, buckets, join, errors = (options.get(name) for name in CALL_OPTIONS)
     name = _constant("source", source)
     spec = {k: _constant(k, options[k]) for k in DECLARED_OPTIONS if options.get(k) is not None}
     lookup, inline = _resolve_source(sources, name, spec, allowed)
@@ -161,6 +167,9 @@ def analyze(
     fields = list(input_schema.fields) + [
         StructField(f.name, f.dataType, True, metadata) for f in results.fields
     ]
+    error_column = _error_column(_constant("error_column", errors), columns, results.fieldNames())
+    if error_column is not None:
+        fields.append(StructField(error_column, ERROR_STRUCT, True))
     partition_by, order_columns = [], []
     if shape.update_stream:
         hashed = ", ".join(_quoted(c) for c in shape.key)
@@ -176,7 +185,18 @@ def analyze(
         columns=columns,
         input_schema=input_schema,
         join=mode,
+        error_column=error_column,
     )
+
+
+def _error_column(value: Any, columns: tuple[str, ...], results: list[str]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise ConfigError("error_column", value, "a column name")
+    if value in columns or value in results:
+        raise TableArgumentError("error_column", value, "a name that is no table column and no result column")
+    return value
 
 
 def _resolve_source(
@@ -223,8 +243,9 @@ class TableCall:
         self.input_schema = analysis.input_schema
         self.time_zone = time_zone
         self.read: Any = None
-        self.convert: dict[str, Any] = {}
         self.left = analysis.join == "left"
+        self.error_column = analysis.error_column
+        self.out: OutputRows | None = None
         self.decisions = decisions
         self.driver: PushDriver | None = None
         self.pending: list[dict[str, Any]] = []
@@ -234,10 +255,19 @@ class TableCall:
         conf = task_conf()  # a bad setting fails here, before any lookup
         zone = task_time_zone(self.time_zone)
         self.read = row_reader(self.input_schema, zone)
-        self.convert = {
+        convert = {
             f.name: column_converter(arrow_type(f.dataType, zone), zone, arrow=False)
             for f in self.source.result_schema.fields
         }
+        self.out = OutputRows(
+            self.source.name,
+            self.columns,
+            self.source.result_columns,
+            self.source.inputs,
+            convert,
+            left=self.left,
+            error_column=self.error_column,
+        )
         decision = decide(conf, self.shape)
         log.info("async_lookup(%s): %s", self.source.name, decision.describe())
         if self.decisions is not None:
@@ -250,7 +280,10 @@ class TableCall:
         blocked = (
             _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode is OutputMode.KEY_ORDERED else 0
         )
-        settings = conf.operator_settings(decision.mode, key=key, output="pairs", blocked_capacity=blocked)
+        on_error = "emit" if self.error_column else "fail"  # with an error column, failures are rows
+        settings = conf.operator_settings(
+            decision.mode, key=key, output="pairs", blocked_capacity=blocked, on_error=on_error
+        )
         op = KeyedAsyncWaitOperator.from_settings(source_adapter(self.source, conf), settings)
         self.push_size = max(1, min(_PUSH_SIZE, conf.buffer_capacity))
         self.driver = PushDriver(op, worker_loop().loop)
@@ -303,37 +336,8 @@ class TableCall:
         return outputs
 
     def _rows(self, outputs: list[Any]) -> Iterator[tuple[Any, ...]]:
-        columns, names = self.columns, self.source.result_columns
-        allowed = set(names)
-        rows: list[tuple[Any, dict[str, Any] | None]] = []
-        for record, results in outputs:
-            if not results:
-                if self.left:
-                    rows.append((record, None))
-                continue
-            for result in results:
-                if not isinstance(result, dict) or result.keys() != allowed:
-                    raise ResultSchemaError(
-                        f"async_lookup({self.source.name}): result {result!r:.100} is not a dict of exactly "
-                        f"the result columns {list(names)} for the record with lookup fields "
-                        f"{ {n: record.get(n) for n in self.source.inputs}!r}"
-                    )
-                rows.append((record, result))
-        values = {name: self._column(name, rows) for name in names}
-        for i, (record, _) in enumerate(rows):
-            yield tuple(record[c] for c in columns) + tuple(values[name][i] for name in names)
-
-    def _column(self, name: str, rows: list[tuple[Any, dict[str, Any] | None]]) -> list[Any]:
-        values = [None if result is None else result[name] for _, result in rows]
-        try:
-            return self.convert[name](values)
-        except ValueMismatch as why:
-            record, result = rows[why.index]  # type: ignore[attr-defined]
-            raise ResultSchemaError(
-                f"async_lookup({self.source.name}): result column {name!r} cannot hold "
-                f"{result[name] if result else None!r:.100} for the record with lookup fields "
-                f"{ {n: record.get(n) for n in self.source.inputs}!r}: {why}"
-            ) from None
+        assert self.out is not None
+        return self.out.rows(outputs)
 
 
 def table_function_class(

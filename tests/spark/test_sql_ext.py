@@ -306,6 +306,8 @@ def test_a_bad_setting_fails_before_any_lookup(
         ("async_lookup(TABLE(orders), 'users', order_by => 'seq')", "only with an update stream"),
         ("async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', buckets => 0)", "buckets=0"),
         ("async_lookup(TABLE(orders), 'users', change_column => 'op')", "change_column='op'"),
+        ("async_lookup(TABLE(orders), 'users', error_column => 'seq')", "no table column"),
+        ("async_lookup(TABLE(orders), 'users', error_column => 'a b')", "error_column='a b'"),
     ],
 )
 def test_bad_table_function_calls_fail_at_analysis(
@@ -482,3 +484,42 @@ def test_limits_from_settings_open_the_circuit_in_an_outage(spark: Any, sql: Any
     with pytest.raises(Exception, match=r"rate-limit.*calls per second > 0"):
         sql(f"SET `{P}rate-limit`=-1")
         sql("SELECT seq, users(user_id) AS u FROM t").collect()
+
+
+def test_an_error_column_keeps_failed_and_misfit_rows_with_their_error(
+    spark: Any, sql: Any, service: Any
+) -> None:
+    """A lookup that fails (503, retries spent) and a result its column cannot hold: with
+    error_column those rows keep their input and carry the error; every other row is whole."""
+
+    async def tier_number(record: dict) -> dict:
+        user = record["user_id"]
+        return {"tier": "three" if user == 7 else user % 3}  # 7: not a bigint
+
+    url, state = service
+    state.down_ids = {"5"}
+    installed = sql_ext.install(spark, {"users": users(url)})
+    installed.register("tiers", tier_number, inputs=["user_id"], output_schema="tier bigint")
+    spark.conf.set(P + "max-attempts", "2")
+    spark.conf.set(P + "retry-strategy", "fixed_delay")
+    spark.conf.set(P + "fixed-delay", "10 ms")
+    spark.createDataFrame([(i, i) for i in range(10)], "seq long, user_id long").createOrReplaceTempView(
+        "people"
+    )
+    rows = sql("SELECT * FROM async_lookup(TABLE(people), 'users', error_column => '_err')").collect()
+    assert sorted(r.seq for r in rows) == list(range(10))
+    for r in rows:
+        if r.user_id == 5:
+            assert r.name is None and r._err.error_type == "ServiceUnavailableError" and r._err.attempts == 2
+            assert "503" in r._err.error_message
+        else:
+            assert r.name == f"user-{r.user_id}" and r._err is None
+    rows = sql("SELECT * FROM async_lookup(TABLE(people), 'tiers', error_column => '_err')").collect()
+    [misfit] = [r for r in rows if r._err is not None]
+    assert misfit.user_id == 7 and misfit.tier is None and misfit._err.error_type == "ResultSchemaError"
+    assert "'tier'" in misfit._err.error_message
+    assert sorted((r.user_id, r.tier) for r in rows if r._err is None) == [
+        (i, i % 3) for i in range(10) if i != 7
+    ]
+    with pytest.raises(Exception, match="cannot hold"):  # without the column: the query fails
+        sql("SELECT * FROM async_lookup(TABLE(people), 'tiers')").collect()
