@@ -16,12 +16,13 @@ from .columnar import ColumnarLookups
 from .exceptions import BODY_LIMIT, LookupOptionError
 from .fields import Field, FieldMapper
 from .limits import Gate, Limits, ThrottleStats
+from .loop_client import LoopClient
 from .parts import LookupStats, suspend
 
 __all__ = ["Lookup", "LookupStats"]
 
 
-class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups):
+class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups, LoopClient):
     """Base of the lookups. Subclasses implement :meth:`_fetch` (one key) and, when the service
     has one, :meth:`_fetch_many` (a batch call), plus :meth:`_make_client` / :meth:`_close_client`.
 
@@ -60,8 +61,6 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         self.limits = limits
         self._gate: Gate | None = None
         self._gate_loop: asyncio.AbstractEventLoop | None = None
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
         self._memo_results: dict[Hashable, Any] | None = None  # mapped results, in memoized()
         if self.batching:
@@ -77,38 +76,19 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         """Answers (or exceptions) for many keys, in order; by default one ``_fetch`` each."""
         return await asyncio.gather(*(self._fetch(k) for k in keys), return_exceptions=True)
 
-    def _make_client(self) -> Any:
-        raise NotImplementedError
-
-    async def _close_client(self, client: Any) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ client lifecycle
 
-    def client(self) -> Any:
-        """The client of the running event loop, made on first use in that loop."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            # a client made under another loop fails under this one ("Event loop is closed")
-            self._client = self._make_client()
-            self._client_loop = loop
-        return self._client
-
     async def aclose(self) -> None:
-        client, self._client, self._client_loop = self._client, None, None
         gate, self._gate, self._gate_loop = self._gate, None, None
         if gate is not None:
             await gate.aclose()
-        if client is not None:
-            await self._close_client(client)
+        await self._drop_client()
 
     async def close(self) -> None:
         await self.aclose()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        state["_client_loop"] = None
+        state = self._without_client(self.__dict__.copy())
         state["_inflight"] = {}
         state["_memo_results"] = None
         state["_gate"] = state["_gate_loop"] = None

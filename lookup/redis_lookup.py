@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from .exceptions import (
 from .fast_json import loads, loads_many
 from .fields import Field
 from .limits import Limits
-from .redis_connect import redis_client
+from .redis_connect import RedisConnection
 from .redis_errors import converted_errors, response_error
 from .template import Template
 
@@ -74,9 +73,7 @@ class RedisLookup(Lookup):
             error_body_chars=error_body_chars,
             limits=limits,
         )
-        if ca_file is not None and not url.startswith("rediss://"):
-            raise LookupOptionError("ca_file", "ca_file= is for TLS: give a rediss:// URL")
-        self.ca_file = ca_file
+        self.connection = RedisConnection(url, db, password_env, max_connections, socket_timeout, ca_file)
         command = command.upper()
         if command not in COMMANDS:
             raise LookupOptionError("command", f"command={command!r}; allowed: {', '.join(COMMANDS)}")
@@ -84,24 +81,12 @@ class RedisLookup(Lookup):
             raise LookupOptionError("decode", f"decode={decode!r}; allowed: {', '.join(DECODES)}")
         if command == "HMGET" and not hash_fields:
             raise LookupOptionError("command", "command='HMGET' needs hash_fields=[...]")
-        url_db = _url_db(url)
-        if db is not None and url_db is not None and db != url_db:
-            raise LookupOptionError(
-                "db",
-                f"db={db} conflicts with the database {url_db} the URL names; give the database once, "
-                "in the URL (redis://host:port/N) or as db=",
-            )
-        self.url = url
         self.key = Template(key)
         self.command = command
         self.decode = decode
         self.hash_fields = list(hash_fields or [])
         # a hash's values and a raw value are strings: typed fields read them as literals
         self.mapper.from_strings = command != "GET" or decode == "raw"
-        self.db = db
-        self.password_env = password_env
-        self.max_connections = max_connections
-        self.socket_timeout = socket_timeout
 
     def __repr__(self) -> str:
         return f"RedisLookup({self.command} {self.key.text!r})"
@@ -115,14 +100,7 @@ class RedisLookup(Lookup):
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> aioredis.Redis:
-        return redis_client(
-            self.url,
-            db=self.db,
-            password_env=self.password_env,
-            max_connections=self.max_connections,
-            socket_timeout=self.socket_timeout,
-            ca_file=self.ca_file,
-        )
+        return self.connection.client()
 
     async def _close_client(self, client: aioredis.Redis) -> None:
         await client.aclose()
@@ -215,19 +193,6 @@ class RedisLookup(Lookup):
         if all(v is None for v in values):
             return None
         return dict(zip(self.hash_fields, values, strict=True))
-
-
-def _url_db(url: str) -> int | None:
-    """The database a Redis URL names (its path or ``?db=``), None when it names none."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qs(parts.query).get("db")
-    text = query[0] if query else parts.path.strip("/") if parts.scheme != "unix" else ""
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise LookupOptionError("url", f"the Redis URL's database {text!r} is not a number") from None
 
 
 def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:

@@ -18,9 +18,8 @@ from typing import Any
 from redis import exceptions as redis_errors
 
 from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateError
-from .redis_connect import redis_client
+from .redis_connect import RedisConnection
 from .redis_errors import converted_errors, response_error
-from .redis_lookup import _url_db
 from .template import Template
 from .writes import Write, to_json
 
@@ -151,20 +150,14 @@ class RedisWrite(Write):
             raise LookupOptionError("ttl", f"ttl={ttl!r}; allowed: seconds > 0, or None")
         if not tombstone_ttl > 0:
             raise LookupOptionError("tombstone_ttl", f"tombstone_ttl={tombstone_ttl!r}; allowed: seconds > 0")
-        if ca_file is not None and not url.startswith("rediss://"):
-            raise LookupOptionError("ca_file", "ca_file= is for TLS: give a rediss:// URL")
-        url_db = _url_db(url)
-        if db is not None and url_db is not None and db != url_db:
-            raise LookupOptionError("db", f"db={db} conflicts with the database {url_db} the URL names")
-        self.url, self.db, self.password_env, self.ca_file = url, db, password_env, ca_file
-        self.max_connections, self.socket_timeout = max_connections, socket_timeout
+        self.connection = RedisConnection(url, db, password_env, max_connections, socket_timeout, ca_file)
         self.key = Template(key)
         self.command = command
         self.deleted = deleted
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self.tombstone_ms = max(1, round(tombstone_ttl * 1000))
         self._ttl_text, self._tombstone_text = str(self.ttl_ms), str(self.tombstone_ms)
-        self._script_loaded: dict[int, bool] = {}  # per client: SCRIPT LOAD done
+        self._script_loaded = False  # SCRIPT LOAD done on the current client
         inputs = (*self.key.fields, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
             version=version, at_least_once=at_least_once, fields=tuple(dict.fromkeys(inputs)), result=result
@@ -182,18 +175,11 @@ class RedisWrite(Write):
     # ------------------------------------------------------------------ client
 
     def _make_client(self) -> Any:
-        client = redis_client(
-            self.url,
-            db=self.db,
-            password_env=self.password_env,
-            max_connections=self.max_connections,
-            socket_timeout=self.socket_timeout,
-            ca_file=self.ca_file,
-        )
-        return client, _SHA
+        self._script_loaded = False  # a new client: a server it has not loaded the script on
+        return self.connection.client()
 
     async def _close_client(self, client: Any) -> None:
-        await client[0].aclose()
+        await client.aclose()
 
     # ------------------------------------------------------------------ writes
 
@@ -230,12 +216,12 @@ class RedisWrite(Write):
         packed by hiredis), the script loaded first on this client. A call the server had no
         script for ran nothing: its records get a retryable error, and the script is loaded
         again."""
-        client, sha = self.client()
+        client = self.client()
         targets = [item[1] for item in items[:5]]
-        if not self._script_loaded.get(id(client)):
+        if not self._script_loaded:
             with converted_errors(targets):
                 await client.script_load(SCRIPT)
-            self._script_loaded = {id(client): True}
+            self._script_loaded = True
         out: list[Any] = [None] * len(items)
         calls: list[list[int]] = []
         async with client.pipeline(transaction=False) as pipe:
@@ -251,17 +237,17 @@ class RedisWrite(Write):
                 keys += [target, f"{target}{VERSION_SUFFIX}"]
                 members.append(i)
                 if len(members) == CHUNK:
-                    pipe.execute_command("EVALSHA", sha, str(len(keys)), *keys, *args)
+                    pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
                     calls.append(members)
                     keys, args, members = [], [], []
             if members:
-                pipe.execute_command("EVALSHA", sha, str(len(keys)), *keys, *args)
+                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
                 calls.append(members)
             with converted_errors(targets):
                 answers = await pipe.execute(raise_on_error=False) if calls else []
         for members, answer in zip(calls, answers, strict=True):
             if isinstance(answer, redis_errors.NoScriptError):
-                self._script_loaded = {}  # the server lost its scripts (a restart): load again
+                self._script_loaded = False  # the server lost its scripts (a restart): load again
             per_write = answer if isinstance(answer, list) else [answer] * len(members)
             for i, one in zip(members, per_write, strict=True):
                 out[i] = self._outcome(items[i][1], one)

@@ -26,6 +26,7 @@ from typing import Any
 from keyed_async_wait.runtime.function import AsyncFunction
 
 from .exceptions import LookupOptionError, LookupServiceError, VersionError
+from .loop_client import LoopClient
 from .versions import encode_version
 
 __all__ = ["Write", "WriteStats", "to_json"]
@@ -63,10 +64,10 @@ class WriteStats:
     errors: int = 0
 
 
-class Write(AsyncFunction[Any, dict[str, Any]]):
+class Write(AsyncFunction[Any, dict[str, Any]], LoopClient):
     """Base of the write actions. Subclasses give :meth:`target` (the store's key for a record),
     :meth:`_apply` (one write: True applied, False stale), optionally :meth:`_apply_many`, and
-    :meth:`_make_client` / :meth:`_close_client`."""
+    :meth:`_make_client` / :meth:`_close_client` (:class:`~lookup.loop_client.LoopClient`)."""
 
     service = "store"
     batching = False
@@ -85,8 +86,6 @@ class Write(AsyncFunction[Any, dict[str, Any]]):
         self.at_least_once = at_least_once
         self.stats = WriteStats()
         self._fields = fields
-        self._client: Any = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
         if self.batching:
             self.invoke_batch = self._invoke_batch
 
@@ -101,12 +100,6 @@ class Write(AsyncFunction[Any, dict[str, Any]]):
     async def _apply_many(self, items: list[tuple[Any, Hashable, str | None]]) -> list[Any]:
         """Outcomes (True, False or an exception) for many writes, in order."""
         return await asyncio.gather(*(self._apply(*item) for item in items), return_exceptions=True)
-
-    def _make_client(self) -> Any:
-        raise NotImplementedError
-
-    async def _close_client(self, client: Any) -> None:
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ what a write is
 
@@ -177,26 +170,14 @@ class Write(AsyncFunction[Any, dict[str, Any]]):
 
     # ------------------------------------------------------------------ client lifecycle
 
-    def client(self) -> Any:
-        """The client of the running event loop, made on first use in that loop."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = self._make_client()
-            self._client_loop = loop
-        return self._client
-
     async def aclose(self) -> None:
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await self._close_client(client)
+        await self._drop_client()
 
     async def close(self) -> None:
         await self.aclose()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        state["_client_loop"] = None
+        state = self._without_client(self.__dict__.copy())
         state.pop("invoke_batch", None)
         state["stats"] = WriteStats()
         return state

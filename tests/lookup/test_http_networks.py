@@ -198,25 +198,37 @@ def test_an_explicit_proxy_with_credentials_is_used_and_kept_secret() -> None:
     run(main())
 
 
-def test_mtls_with_a_client_certificate_and_an_added_ca(tmp_path: Any) -> None:
-    trustme = pytest.importorskip("trustme")
-    authority = trustme.CA()
-    served = authority.issue_cert("127.0.0.1")
-    client_cert = authority.issue_cert("client@example")
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    served.configure_cert(server_context)
-    authority.configure_trust(server_context)
-    server_context.verify_mode = ssl.CERT_REQUIRED  # no certificate, no answer
+def mtls_context(authority: Any) -> ssl.SSLContext:
+    """A server context for 127.0.0.1 that answers only a client with a certificate of ``authority``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    authority.configure_trust(context)
+    context.verify_mode = ssl.CERT_REQUIRED  # no certificate, no answer
+    return context
+
+
+def answering_once(body: bytes) -> Any:
+    """A TLS server's handler: reads one request, answers ``body`` and closes (a refused
+    handshake ends it quietly)."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
-            writer.write(ok(b'{"name": "mutual"}', "Connection: close"))
+            writer.write(ok(body, "Connection: close"))
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         finally:
             writer.close()
+
+    return serve
+
+
+def test_mtls_with_a_client_certificate_and_an_added_ca(tmp_path: Any) -> None:
+    authority = pytest.importorskip("trustme").CA()
+    server_context = mtls_context(authority)
+    client_cert = authority.issue_cert("client@example")
+    serve = answering_once(b'{"name": "mutual"}')
 
     async def main() -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_context)
@@ -273,23 +285,10 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 def test_https_through_the_environments_proxy_with_mtls(monkeypatch: pytest.MonkeyPatch) -> None:
     """A job behind a proxy, with mTLS: nothing beyond ``HTTPS_PROXY`` and ``client_cert=``.
     The proxy sees only the CONNECT target; TLS (and the client certificate) go end to end."""
-    trustme = pytest.importorskip("trustme")
-    authority = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(server_context)
-    authority.configure_trust(server_context)
-    server_context.verify_mode = ssl.CERT_REQUIRED
+    authority = pytest.importorskip("trustme").CA()
+    server_context = mtls_context(authority)
     client_cert = authority.issue_cert("client@example")
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
-            writer.write(ok(b'{"name": "tunnelled"}', "Connection: close"))
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+    serve = answering_once(b'{"name": "tunnelled"}')
 
     async def main() -> None:
         tunnel = Tunnel()
