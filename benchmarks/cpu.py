@@ -52,7 +52,7 @@ from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process
-from spark_throughput import KEYS, RETRY, SQL_SETTINGS, hand_written, local_spark, source
+from spark_throughput import KEYS, RETRY, SQL_SETTINGS, calibration, hand_written, local_spark, source
 
 Job = Callable[[], DataFrame]
 
@@ -70,17 +70,6 @@ def worker_cpu() -> float:
             continue
         total += t.user + t.system + t.children_user + t.children_system
     return total
-
-
-def calibration(loops: int = 5_000_000) -> float:
-    """CPU seconds of a fixed pure-Python loop here: the machine's speed at the moment. On a
-    shared virtual machine it moves with the host's load (the same loop took 0.35-0.49 s within
-    an hour here), so CPU figures of different runs compare only through their ratios."""
-    started = time.process_time()
-    total = 0
-    for i in range(loops):
-        total += i * i % 7
-    return time.process_time() - started
 
 
 def measure(job: Job, rows: int) -> tuple[float, float]:

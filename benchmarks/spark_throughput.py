@@ -65,6 +65,17 @@ SQL_SETTINGS = {  # the same options as the DataFrame jobs, as SQL settings
 }
 
 
+def calibration(loops: int = 5_000_000) -> float:
+    """CPU seconds of a fixed pure-Python loop here: the machine's speed at the moment. On a
+    shared virtual machine it moves with the host's load (the same loop took 0.35-0.49 s within
+    an hour here), so CPU figures of different runs compare only through their ratios."""
+    started = time.process_time()
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return time.process_time() - started
+
+
 def local_spark() -> SparkSession:
     """The benchmarks' session: local[2], two shuffle partitions, no adaptive coalescing."""
     spark = (
@@ -203,7 +214,7 @@ def main() -> None:
     args = parser.parse_args()
     import pyspark
 
-    print(f"pyspark {pyspark.__version__}")
+    print(f"pyspark {pyspark.__version__}; calibration loop before: {calibration():.3f} CPU s")
     n = 20_000 if args.quick else args.rows
     spark = local_spark()
     results: dict[str, float] = {}
@@ -364,6 +375,7 @@ def main() -> None:
             ),
         )
     spark.stop()
+    print(f"calibration loop after: {calibration():.3f} CPU s (the machine's speed: lower is quieter)")
     if args.json:
         args.json.write_text(json.dumps({"pyspark": pyspark.__version__, "rows": n, "rows_per_s": results}))
 

@@ -4,8 +4,10 @@
 
 An ``async def`` that answers at once (no I/O), so what is measured is the path around it:
 ``key_ordered_wait`` (mapInArrow), the ``async_lookup`` table function key-ordered over the same
-rows (a row-at-a-time Python UDTF), and an identity ``mapInArrow`` after the same repartition
-and sort (Spark's own floor). ``local[2]``, the ``noop`` sink, after one warm-up run each.
+rows in its two forms (Arrow batches, the default on pyspark 4.1+; rows, ``arrow=False``),
+``ordered_wait`` and the scalar function (always ORDERED) over the same rows, and an identity
+``mapInArrow`` after the same repartition and sort (Spark's own floor).
+``local[2]``, the ``noop`` sink, after one warm-up run each.
 """
 
 from __future__ import annotations
@@ -39,23 +41,37 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=400_000)
     args = parser.parse_args()
     spark = local_spark()
-    installed = sql_ext.install(spark)
-    installed.register("users", echo, inputs=["user_id"], output_schema="name string")
+    forms = {"async_lookup": None, "async_lookup_rows": False}  # the default form; rows
+    for name, arrow in forms.items():
+        installed = sql_ext.install(spark, table_function=name, arrow=arrow)
+        installed.register("users", echo, inputs=["user_id"], output_schema="name string")
     for key, value in SQL_SETTINGS.items():
         spark.conf.set("spark.sql.exec.async-lookup." + key, value)
 
-    def table_function(m: int) -> DataFrame:
+    def table_function(name: str) -> Callable[[int], DataFrame]:
+        def build(m: int) -> DataFrame:
+            source(spark, m).createOrReplaceTempView("orders")
+            return spark.sql(
+                f"SELECT * FROM {name}(TABLE(orders), 'users', upsert_key => 'order_id', order_by => 'seq')"
+            )
+
+        return build
+
+    def scalar(m: int) -> DataFrame:
         source(spark, m).createOrReplaceTempView("orders")
-        return spark.sql(
-            "SELECT * FROM async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', order_by => 'seq')"
-        )
+        return spark.sql("SELECT seq, order_id, user_id, users(user_id).name AS name FROM orders")
 
     jobs: dict[str, Callable[[int], DataFrame]] = {
         "key_ordered_wait": lambda m: AsyncDataStream.key_ordered_wait(
             source(spark, m), echo, "order_id", order_by="seq", output_schema="name string",
             num_partitions=2, capacity=200,
         ),
-        "SQL async_lookup, key-ordered": table_function,
+        "SQL async_lookup, key-ordered": table_function("async_lookup"),
+        "SQL async_lookup, key-ordered, rows": table_function("async_lookup_rows"),
+        "ordered_wait": lambda m: AsyncDataStream.ordered_wait(
+            source(spark, m), echo, output_schema="name string", capacity=200
+        ),
+        "SQL scalar users(user_id)": scalar,
         "identity mapInArrow (repartition, sort)": lambda m: source(spark, m)
         .repartition(2, "order_id")
         .sortWithinPartitions("order_id", "seq")

@@ -77,12 +77,4 @@ def _null_is_miss(adapter: FunctionAdapter, inputs: tuple[str, ...]) -> Function
                     values[i] = answer
             return values
 
-    return FunctionAdapter(
-        name=adapter.name,
-        call=checked_call,
-        to_results=adapter.to_results,
-        call_batch=checked_batch,
-        fallback=adapter.fallback,
-        eager=adapter.eager,
-        describe=adapter.describe,
-    )
+    return adapter.replaced(call=checked_call, call_batch=checked_batch)

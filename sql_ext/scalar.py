@@ -4,6 +4,12 @@ One Arrow iterator UDF per source. Its arguments are the source's input fields, 
 returns the first result as a struct (NULL for a miss or a NULL argument), in input order:
 the results are positional, so this form is always ORDERED, whatever output-mode says.
 Records of later Arrow batches start while earlier ones are in flight.
+
+With ``error_field`` (chosen in Python, at registration) the struct has one more field, the
+error struct (``error_type``, ``error_message``, ``attempts``): a row whose lookup failed
+(retries spent, time out) or whose result does not fit the struct gets NULL results and its
+error there, and the query goes on. Without it such a row fails the query, naming the source,
+the record and, for a misfit, the column.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from keyed_async_wait.core.elements import OutputMode
+from keyed_async_wait.core.elements import FailedRecord, OutputMode
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.compat import arrow_scalar_udf
+from keyed_async_wait.spark.options import ERROR_STRUCT
 from keyed_async_wait.spark.output import ResultSchemaError
 from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
 from keyed_async_wait.spark.worker import drive, worker_loop
@@ -30,14 +37,24 @@ __all__ = ["scalar_function"]
 log = logging.getLogger(__name__)
 
 
-def scalar_function(source: LookupSource, time_zone: str) -> Any:
-    """The UDF to register under ``source.name`` (``time_zone``: the session's, at install)."""
+def scalar_function(source: LookupSource, time_zone: str, error_field: str | None = None) -> Any:
+    """The UDF to register under ``source.name`` (``time_zone``: the session's, at install;
+    ``error_field``: see the module)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        return _lookup_batches(source, time_zone, batches)
+        return _lookup_batches(source, time_zone, error_field, batches)
 
-    udf = arrow_scalar_udf(run, source.result_schema, len(source.inputs))
+    udf = arrow_scalar_udf(run, return_type(source, error_field), len(source.inputs))
     return udf.asNondeterministic()  # a lookup's answer may change: never fold or reorder calls
+
+
+def return_type(source: LookupSource, error_field: str | None) -> Any:
+    """The struct the function returns: the result columns, and the error field if any."""
+    if error_field is None:
+        return source.result_schema
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([*source.result_schema.fields, StructField(error_field, ERROR_STRUCT, True)])
 
 
 def _records(source: LookupSource, batches: Iterator[Any]) -> Iterator[list[dict[str, Any]]]:
@@ -53,26 +70,67 @@ def _records(source: LookupSource, batches: Iterator[Any]) -> Iterator[list[dict
         yield python_rows(pa.RecordBatch.from_arrays(list(arrays), names=list(inputs)))
 
 
-def _lookup_batches(source: LookupSource, time_zone: str, batches: Iterator[Any]) -> Iterator[Any]:
+def _lookup_batches(
+    source: LookupSource, time_zone: str, error_field: str | None, batches: Iterator[Any]
+) -> Iterator[Any]:
     import pyarrow as pa
 
     conf = task_conf()  # a bad setting fails here, before any lookup
     zone = task_time_zone(time_zone)
-    arrow_type = compat.arrow_type(source.result_schema, zone)
+    arrow_type = compat.arrow_type(return_type(source, error_field), zone)
     convert = column_converter(arrow_type, zone)
     loop = worker_loop().loop
-    settings = conf.operator_settings(OutputMode.ORDERED, output="pairs")
+    on_error = "emit" if error_field else "fail"  # with an error field, a failure is a value
+    settings = conf.operator_settings(OutputMode.ORDERED, output="pairs", on_error=on_error)
     op = KeyedAsyncWaitOperator.from_settings(source_adapter(source, conf), settings)
     log.info("%s(): ORDERED (the scalar form returns results in input order)", source.name)
+    values = _Values(source, error_field)
     with contextlib.closing(drive(loop, op.process_batches(_records(source, batches)))) as produced:
         for chunk in produced:
-            values = [results[0] if results else None for _, results in chunk]
+            yield pa.array(values.converted(chunk, convert), type=arrow_type)
+
+
+class _Values:
+    """A chunk's struct values: the first result of each record, or its error (see the module)."""
+
+    def __init__(self, source: LookupSource, error_field: str | None) -> None:
+        self.source, self.error_field = source, error_field
+
+    def converted(self, chunk: list[Any], convert: Any) -> list[Any]:
+        values = [self._value(item) for item in chunk]
+        for _ in range(len(values) + 1):  # each pass turns one more misfit into its error
             try:
-                yield pa.array(convert(values), type=arrow_type)
+                return list(convert(values))
             except ValueMismatch as why:
-                record, results = chunk[why.index]  # type: ignore[attr-defined]
-                key = {name: record.get(name) for name in source.inputs}
-                raise ResultSchemaError(
-                    f"{source.name}(): the result {results[0]!r:.100} does not fit {source.schema_ddl!r} "
-                    f"for the lookup of {key!r}: {why}"
-                ) from None
+                index: int = why.index  # type: ignore[attr-defined]
+                values[index] = self._error(self._misfit(chunk[index], why))
+        raise AssertionError("unreachable: every pass fails one more value")
+
+    def _value(self, item: Any) -> Any:
+        if isinstance(item, FailedRecord):  # only with an error field (the operator emits failures)
+            return self._error((item.error_type, item.error_message, item.attempts))
+        results = item[1]
+        if not results:
+            return None
+        if self.error_field is None:
+            return results[0]
+        first = results[0]
+        return {**first, self.error_field: None} if isinstance(first, dict) else first
+
+    def _misfit(self, item: Any, why: ValueMismatch) -> tuple[str, str, int]:
+        record, results = item
+        key = {name: record.get(name) for name in self.source.inputs}
+        error = ResultSchemaError(
+            f"{self.source.name}(): the result {results[0]!r:.100} does not fit "
+            f"{self.source.schema_ddl!r} for the lookup of {key!r}: {why}"
+        )
+        if self.error_field is None:
+            raise error from None
+        return (type(error).__name__, str(error), 1)
+
+    def _error(self, error: tuple[str, str, int]) -> dict[str, Any]:
+        assert self.error_field is not None
+        empty: dict[str, Any] = dict.fromkeys(self.source.result_columns)
+        kind, message, attempts = error
+        empty[self.error_field] = {"error_type": kind, "error_message": message, "attempts": attempts}
+        return empty

@@ -12,10 +12,11 @@ from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.options import session_config, session_time_zone
 
 from .allowlist import DeclaredSources
-from .buckets import spread_values
+from .analysis import DEFAULT_BUCKETS
+from .buckets import MAX_SPREAD, spread_values
 from .exceptions import ConfigError
 from .modes import Decision, decide, describe_input
-from .scalar import scalar_function
+from .scalar import return_type, scalar_function
 from .sources import LookupSource, make_source
 from .table import table_function_class
 
@@ -49,8 +50,10 @@ class AsyncLookupSQL:
         table_function: str,
         declared_sources: DeclaredSources | None = None,
         allow_writes: bool = False,
+        arrow: bool | None = None,
     ) -> None:
         self.spark = spark
+        self.arrow = arrow
         self.table_function = table_function
         self.declared_sources = declared_sources
         self.allow_writes = allow_writes
@@ -69,13 +72,17 @@ class AsyncLookupSQL:
         *,
         inputs: Sequence[str] | None = None,
         output_schema: str | None = None,
+        error_field: str | None = None,
     ) -> LookupSource:
         """Register ``function`` (a lookup, an AsyncFunction or an ``async def``) as ``name``:
         the scalar function ``name(input, ...)`` and the source ``'name'`` of the table function.
 
         ``inputs``: the record fields it reads, bound in order to the scalar function's arguments
         (default: the lookup's template fields). ``output_schema``: the result columns as DDL
-        (default: the lookup's declared fields).
+        (default: the lookup's declared fields). ``error_field``: a field the scalar function's
+        struct gets for a row whose lookup failed or whose result does not fit (its results
+        NULL, the error struct there, the query goes on); without it such a row fails the query.
+        The table function has its own ``error_column => ...`` argument.
         """
         from lookup import Write
 
@@ -87,11 +94,12 @@ class AsyncLookupSQL:
                 "so SQL gets one only from sql_ext.install(..., allow_writes=True)",
             )
         source = make_source(name, function, inputs=inputs, output_schema=output_schema)
+        _check_error_field(name, error_field, source.result_columns)
         try:
-            scalar = scalar_function(source, session_time_zone(self.spark))
+            scalar = scalar_function(source, session_time_zone(self.spark), error_field)
         except SparkVersionError as too_old:  # the table function still serves this source
             log.warning("%s(): %s", name, too_old)
-            scalar = compat.unavailable_udf(too_old, source.result_schema)
+            scalar = compat.unavailable_udf(too_old, return_type(source, error_field))
         self.spark.udf.register(name, scalar)
         self._sources[name] = source
         self._register_table_function()
@@ -101,14 +109,24 @@ class AsyncLookupSQL:
         from pyspark.sql.functions import udtf
 
         partitions = str(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        cls = table_function_class(
-            self._sources,
-            self._decisions,
-            session_time_zone(self.spark),
-            self.declared_sources,
-            spread_values(int(partitions)) if partitions.isdigit() else None,  # "auto" on some platforms
+        spread = spread_values(int(partitions)) if partitions.isdigit() else None  # "auto" on some platforms
+        # one group per task: its keys all arrive interleaved, none waits for another group's
+        default = (
+            min(int(partitions), MAX_SPREAD) if partitions.isdigit() and int(partitions) else DEFAULT_BUCKETS
         )
-        self.spark.udtf.register(self.table_function, udtf(cls, useArrow=False))
+
+        def bound(arrow: bool) -> type:
+            zone, allowed = session_time_zone(self.spark), self.declared_sources
+            return table_function_class(
+                self._sources, self._decisions, zone, allowed, spread, arrow, default_buckets=default
+            )
+
+        function = None
+        if self.arrow is not False:  # None where pyspark has no Arrow UDTF (install refused True)
+            function = compat.arrow_table_function(bound(True), connect=is_connect(self.spark))
+        if function is None:
+            function = udtf(bound(False), useArrow=False)
+        self.spark.udtf.register(self.table_function, function)
 
     def decisions(self) -> dict[str, int]:
         """Which mode the table function ran, and why, with the number of tasks that ran it
@@ -136,6 +154,16 @@ class AsyncLookupSQL:
         return decide(conf, describe_input(df.columns, upsert_key=upsert_key, change_column=change_column))
 
 
+def _check_error_field(name: str, error_field: str | None, results: Sequence[str]) -> None:
+    if error_field is None:
+        return
+    if not isinstance(error_field, str) or not error_field.isidentifier():
+        raise ConfigError(f"{name}: error_field", error_field, "a field name, e.g. '_error', or None")
+    if error_field in results:
+        allowed = f"a name that is no result column ({', '.join(results)})"
+        raise ConfigError(f"{name}: error_field", error_field, allowed)
+
+
 def install(
     spark: Any,
     sources: Mapping[str, Any] | None = None,
@@ -143,6 +171,8 @@ def install(
     table_function: str = "async_lookup",
     declared_sources: DeclaredSources | None = None,
     allow_writes: bool = False,
+    error_field: str | None = None,
+    arrow: bool | None = None,
 ) -> AsyncLookupSQL:
     """Register the SQL functions in ``spark``'s session.
 
@@ -157,6 +187,13 @@ def install(
     :class:`lookup.HttpWrite`), which change a store whenever a query calls them; refused
     without it.
 
+    ``error_field``: for each scalar function of ``sources``, a struct field that holds a
+    row's error instead of failing the query (see :meth:`AsyncLookupSQL.register`).
+
+    ``arrow``: how Spark hands the table function its table. ``None`` (the default): Arrow
+    batches where pyspark can (4.1+), rows before; ``True``: Arrow batches, refused before 4.1;
+    ``False``: rows (one pickled row per call, about 3x the CPU per row; the values are the same).
+
     Needs pyspark 4.0 (the table function analyzes its call); the scalar functions need 4.2 (an
     Arrow UDF): before that, a query calling one fails naming the version, and the table function
     serves the same source.
@@ -167,9 +204,13 @@ def install(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
         )
     session_config(spark)  # a bad or unknown setting fails now
-    installed = AsyncLookupSQL(spark, table_function, declared_sources, allow_writes)
+    if arrow not in (None, True, False):
+        raise ConfigError("arrow", arrow, "None (Arrow where pyspark can), True or False")
+    if arrow:
+        compat.require("the Arrow form of the table function (arrow=True)", (4, 1), "arrow=None or False")
+    installed = AsyncLookupSQL(spark, table_function, declared_sources, allow_writes, arrow)
     for name, function in (sources or {}).items():
-        installed.register(name, function)
+        installed.register(name, function, error_field=error_field)
     if not sources:
         installed._register_table_function()
     return installed

@@ -15,7 +15,9 @@ from typing import Any
 
 from keyed_async_wait.core.config import AsyncLookupConfig
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.runtime.function import declared_inputs, declared_output_schema
 from keyed_async_wait.spark.compat import parse_schema
+from lookup import Lookup
 
 __all__ = ["LookupSource", "make_source"]
 
@@ -41,7 +43,8 @@ class LookupSource:
         """``(token, function)`` for a task with these settings: a lookup without a cache or
         limits of its own gets those the settings describe (one per process and setting)."""
         token, function = self._limited(conf)
-        if conf.cache != "PARTIAL" or getattr(function, "cache", "absent") is not None:
+        # a lookup only (any other function has no cache to fill), and one without its own
+        if conf.cache != "PARTIAL" or not isinstance(function, Lookup) or function.cache is not None:
             return token, function
         from lookup.cache import PartialCache
 
@@ -63,7 +66,7 @@ class LookupSource:
     def _limited(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
         """The function with the limits the settings describe, if it is a lookup without its own."""
         wanted = conf.rate_limit is not None or conf.adaptive_concurrency or conf.breaker_failures is not None
-        if not wanted or getattr(self.function, "limits", "absent") is not None:
+        if not wanted or not isinstance(self.function, Lookup) or self.function.limits is not None:
             return self.token, self.function
         from lookup.limits import Limits
 
@@ -90,16 +93,14 @@ def make_source(
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError("name", name, "a SQL identifier (letters, digits, _; not starting with a digit)")
     if inputs is None:
-        derive = getattr(function, "input_fields", None)
-        inputs = tuple(derive()) if callable(derive) else ()
+        inputs = declared_inputs(function)
         if not inputs:
             raise ConfigError(
                 f"{name}: inputs", None, "the record fields the lookup reads, e.g. inputs=['user_id']"
             )
     inputs = tuple(inputs)
     if output_schema is None:
-        derive = getattr(function, "output_schema", None)
-        output_schema = derive() if callable(derive) else None
+        output_schema = declared_output_schema(function)
         if output_schema is None:
             raise ConfigError(
                 f"{name}: output_schema", None, "a DDL string of the result columns, e.g. 'name string'"
@@ -108,8 +109,6 @@ def make_source(
         parsed = parse_schema(output_schema)
     except Exception as exc:
         raise ConfigError(f"{name}: output_schema", output_schema, f"a valid DDL string ({exc})") from exc
-    from lookup import Lookup
-
     null_keys = inputs if isinstance(function, Lookup) else ()
     return LookupSource(
         name, function, inputs, output_schema, tuple(parsed.fieldNames()), parsed, null_keys=null_keys

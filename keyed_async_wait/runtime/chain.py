@@ -35,7 +35,7 @@ from typing import Any
 
 from ..core.chain import PROGRESS_FIELD, ChainProgress, check_step_names, ddl_names
 from ..core.exceptions import ConfigError, KeyedAsyncWaitError, ResultTypeError
-from .function import AsyncFunction, FunctionAdapter, adapt_function
+from .function import AsyncFunction, FunctionAdapter, adapt_function, declared_inputs, declared_output_schema
 
 __all__ = ["Chain", "Step", "StepError", "StepStats"]
 
@@ -213,8 +213,7 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
         """The steps' result columns (a Spark DDL string), when every step declares them."""
         parts = []
         for step in self.steps:
-            derive = getattr(step.function, "output_schema", None)
-            ddl = derive() if callable(derive) else None
+            ddl = declared_output_schema(step.function)
             if not ddl:
                 return None
             parts.append(ddl)
@@ -225,8 +224,7 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
         produced: set[str] = set()
         needed: list[str] = []
         for step in self.steps:
-            derive = getattr(step.function, "input_fields", None)
-            for name in tuple(derive()) if callable(derive) else ():
+            for name in declared_inputs(step.function):
                 if name not in produced and name not in needed:
                     needed.append(name)
             produced.update(self.fields[step.name])
@@ -319,6 +317,5 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
 def _fields_of(step: Step) -> tuple[str, ...]:
     if step.fields is not None:
         return tuple(step.fields)
-    derive = getattr(step.function, "output_schema", None)
-    ddl = derive() if callable(derive) else None
+    ddl = declared_output_schema(step.function)
     return tuple(ddl_names(ddl)) if ddl else ()

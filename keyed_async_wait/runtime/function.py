@@ -3,11 +3,47 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..core.exceptions import ConfigError, ResultTypeError
 
-__all__ = ["AsyncFunction", "FunctionAdapter", "adapt_function", "check_release"]
+__all__ = [
+    "AsyncFunction",
+    "DeclaresInputs",
+    "DeclaresOutputSchema",
+    "FunctionAdapter",
+    "adapt_function",
+    "check_release",
+    "declared_inputs",
+    "declared_output_schema",
+]
+
+
+@runtime_checkable
+class DeclaresOutputSchema(Protocol):
+    """A function that knows its result columns (a lookup with ``fields=``, a chain of them):
+    the waits and the SQL functions take them as the output schema when none is given."""
+
+    def output_schema(self) -> str | None: ...
+
+
+@runtime_checkable
+class DeclaresInputs(Protocol):
+    """A function that knows which record fields it reads (a lookup's templates): a field the
+    input lacks is an error at the call, not a failure in every task."""
+
+    def input_fields(self) -> Sequence[str]: ...
+
+
+def declared_output_schema(function: Any) -> str | None:
+    """``function``'s result columns as a DDL string, or None when it declares none."""
+    return function.output_schema() if isinstance(function, DeclaresOutputSchema) else None
+
+
+def declared_inputs(function: Any) -> tuple[str, ...]:
+    """The record fields ``function`` reads, or () when it declares none."""
+    return tuple(function.input_fields()) if isinstance(function, DeclaresInputs) else ()
+
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -80,6 +116,7 @@ class FunctionAdapter:
         "describe",
         "eager",
         "fallback",
+        "instance",
         "name",
         "open",
         "to_results",
@@ -98,8 +135,12 @@ class FunctionAdapter:
         eager: bool = False,
         bind_release: Callable[[Any], None] | None = None,
         describe: Callable[[Any], str | None] | None = None,
+        instance: Any = None,
     ) -> None:
         self.name = name
+        # the object adapted (a lookup, a chain, an AsyncFunction), None for an async def: what
+        # the Spark layer asks for its counters
+        self.instance = instance
         # given the runtime's release(record) -> bool, or None (a function that releases its key
         # before it ends: a chain with release_after)
         self.bind_release = bind_release
@@ -112,6 +153,15 @@ class FunctionAdapter:
         self.close = close
         # what the action does for a record (a lookup's own key), named in that record's errors
         self.describe = describe
+
+    def replaced(self, **changes: Any) -> FunctionAdapter:
+        """A copy with ``changes`` (slot names), every other slot as here."""
+        values = {name: getattr(self, name) for name in self.__slots__}
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise TypeError(f"FunctionAdapter has no {sorted(unknown)[0]!r}")
+        values.update(changes)
+        return FunctionAdapter(**values)
 
 
 def check_release(adapter: FunctionAdapter, on_error: str) -> None:
@@ -146,6 +196,7 @@ def adapt_function(function: Any) -> FunctionAdapter:
             eager=bool(getattr(function, "eager_start", False)),
             bind_release=getattr(function, "bind_release", None),
             describe=getattr(function, "describe_call", None),
+            instance=function,
         )
     if callable(function):
         return FunctionAdapter(

@@ -15,8 +15,10 @@ function                       versions    the difference
 :func:`arrow_scalar_udf`       < 4.2       no ``arrow_udf``; a pandas UDF cannot return a
                                            NULL struct: the scalar functions need 4.2
 :func:`require_table_function` < 4.0       a Python UDTF cannot ``analyze`` (no dynamic schema)
-:func:`at_group_boundary`      >= 4.0      reads pyspark's partitioning wrapper (internal; a
+:func:`at_group_boundary`      >= 4.0      reads pyspark's partitioning wrappers (internal; a
                                            test on every version fails if it changes)
+:func:`arrow_table_function`   < 4.1       no Arrow UDTF: the table function takes rows
+                                           (pickled, one call each); 4.1+ takes Arrow batches
 =============================  ==========  ===================================================
 """
 
@@ -31,6 +33,7 @@ from ..core.exceptions import SparkVersionError
 
 __all__ = [
     "arrow_scalar_udf",
+    "arrow_table_function",
     "arrow_type",
     "at_group_boundary",
     "observed_progress",
@@ -177,7 +180,35 @@ def at_group_boundary(depth: int = 2) -> bool:
     ``terminate`` from its ``eval`` when the partition changes, and from its own ``terminate``
     at the end. No public API tells the two apart, so this reads the caller's frame; anything
     else counts as the end, the safe side (every row in flight is waited for).
+    The Arrow form's wrapper (``ArrowUDTFWithPartition``, 4.1 - 4.3) calls it from
+    ``_process_arrow_batch_by_partitions`` at a boundary, and from its ``terminate`` at the end.
     ``tests/spark/test_sql_groups.py`` fails on any version where this stops holding."""
     caller = sys._getframe(depth)
     wrapper = caller.f_locals.get("self")
-    return caller.f_code.co_name == "eval" and hasattr(wrapper, "_check_partition_boundaries")
+    name = caller.f_code.co_name
+    if name == "eval":
+        return hasattr(wrapper, "_check_partition_boundaries")
+    return name == "_process_arrow_batch_by_partitions" and hasattr(wrapper, "_detect_partition_boundaries")
+
+
+def arrow_table_function(cls: type, *, connect: bool) -> Any | None:
+    """``cls`` (with ``analyze``) as an Arrow UDTF, whose ``eval`` takes a ``pa.RecordBatch``
+    of the table and yields ``pa.RecordBatch`` es; None before pyspark 4.1 (no Arrow UDTF).
+
+    pyspark's ``arrow_udtf`` refuses a class with ``analyze`` (SPARK-53286 is to allow it) in a
+    Python-side check only: the engine analyzes such a function like any other and runs it with
+    Arrow batches, on 4.1 - 4.3 alike. So this makes the function object the way ``arrow_udtf``
+    does, without that check. The yielded batches must have the analyzed schema exactly,
+    nullability included. ``tests/spark/test_sql_ext.py`` runs every SQL test on this path and
+    compares it with the row path on every Spark type."""
+    if pyspark_version() < (4, 1):
+        return None
+    from pyspark.util import PythonEvalType
+
+    if connect:
+        from pyspark.sql.connect.udtf import UserDefinedTableFunction as ConnectUDTF
+
+        return ConnectUDTF(cls, returnType=None, evalType=PythonEvalType.SQL_ARROW_UDTF)
+    from pyspark.sql.udtf import UserDefinedTableFunction
+
+    return UserDefinedTableFunction(cls, returnType=None, evalType=PythonEvalType.SQL_ARROW_UDTF)

@@ -22,6 +22,7 @@ from ..core.exceptions import ConfigError
 from ..core.keys import WHOLE_RECORD, field_names
 from ..core.retry import RetryStrategy
 from ..core.settings import check_instance
+from ..runtime.function import declared_inputs, declared_output_schema
 from .compat import arrow_type, parse_schema, session_settings
 from .metrics import TASK_COLUMN, AsyncWaitMetrics, task_struct
 from .plan import Plan
@@ -58,8 +59,7 @@ def session_time_zone(spark: SparkSession) -> str:
 
 def schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
     if schema is None:
-        derive = getattr(fn, "output_schema", None)
-        schema = derive() if callable(derive) else None
+        schema = declared_output_schema(fn)
         if schema is None:
             raise ConfigError(
                 "output_schema",
@@ -238,8 +238,7 @@ def _with_task_column(
 def _check_inputs(fn: Any, columns: Sequence[str]) -> None:
     """A lookup whose templates name a field the DataFrame lacks fails now, naming it (in a
     task it would fail every row, or, in SQL's null-key rule, miss every row)."""
-    derive = getattr(fn, "input_fields", None)
-    needed = tuple(derive()) if callable(derive) else ()
+    needed = declared_inputs(fn)
     missing = [name for name in needed if name not in columns]
     if missing:
         raise ConfigError(

@@ -69,8 +69,8 @@ class RowSource:
         self._allowed = frozenset(plan.result_columns)
 
     # ------------------------------------------------------------------ in
-
-    def _rows(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    def read(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        """The row dicts of ``batch``, known here until they leave (see :meth:`chunks`)."""
         if self._fixed_for is None or not batch.schema.equals(self._fixed_for):
             self._fix, self._fixed_for = row_fixer(batch.schema), batch.schema
         rows: list[dict[str, Any]] = batch.to_pylist()
@@ -94,9 +94,9 @@ class RowSource:
         Spark's ascending sort (NULL first, NaN last), in chunks of 10,000."""
         if not sort_by:
             for batch in batches:
-                yield self._rows(batch)
+                yield self.read(batch)
             return
-        rows = [row for batch in batches for row in self._rows(batch)]
+        rows = [row for batch in batches for row in self.read(batch)]
         rows.sort(key=sort_key(sort_by))
         for i in range(0, len(rows), 10_000):
             yield rows[i : i + 10_000]

@@ -258,7 +258,7 @@ def _lag(plan: Plan, batches: list[Any]) -> float | None:
 
 
 def instance_of(adapter: FunctionAdapter) -> Any:
-    return getattr(adapter.call, "__self__", None)
+    return adapter.instance
 
 
 def lookup_counts(instance: Any) -> dict[str, int]:

@@ -148,15 +148,7 @@ def worker_loop() -> _WorkerLoop:
 
 def shared(adapter: FunctionAdapter) -> FunctionAdapter:
     """The adapter without open/close: the process owns those, not the task."""
-    return FunctionAdapter(
-        name=adapter.name,
-        call=adapter.call,
-        to_results=adapter.to_results,
-        call_batch=adapter.call_batch,
-        fallback=adapter.fallback,
-        eager=adapter.eager,
-        describe=adapter.describe,
-    )
+    return adapter.replaced(open=None, close=None, bind_release=None)
 
 
 def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any], None, None]:

@@ -4,6 +4,7 @@ Real local[2] Spark, the project's HTTP service on loopback, real processes for 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -103,6 +104,49 @@ def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
     assert sorted(r.seq for r in sink.rows()) == list(range(200))  # nothing lost or repeated
     assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
     assert calls_keep_key_order(state.calls)
+
+
+@pytest.mark.parametrize("on_error", ["emit", "defer"])
+def test_a_result_that_does_not_fit_is_an_error_row_of_the_stream_never_a_parked_retry(
+    spark: Any, tmp_path: Path, on_error: str
+) -> None:
+    """A misfit is the service's answer, not an outage: retrying later cannot change it, so it
+    is an error row at once (with ``defer`` too), and its key's later rows go on in order, also
+    for rows that were parked by the time cap and finished in a later micro-batch."""
+
+    async def fn(record: dict[str, Any]) -> dict[str, Any]:
+        if record["seq"] % 10 == 0:
+            await asyncio.sleep(0.05)  # far past the time cap: parked, finished in a later batch
+        return {"v": 5.7 if record["seq"] % 7 == 0 else record["seq"]}
+
+    rows = [(seq, seq % 6, seq % 6) for seq in range(60)]
+    write_updates(tmp_path / "in", rows, files=3)
+    sink = Sink()
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
+        fn,
+        "order_id",
+        order_by="seq",
+        output_schema="v bigint",
+        sink=sink,
+        checkpoint_location=str(tmp_path / "cp"),
+        time_cap=0.01,
+        heartbeat=1,
+        on_error=on_error,
+    )
+    last = stream.run_available_now(drain_timeout=60)
+    assert last is not None and last.parked == 0
+    out = sink.rows()
+    assert sorted(r.seq for r in out) == list(range(60))  # every row once, none dropped
+    for r in out:
+        if r.seq % 7 == 0:
+            assert r.v is None and r._error.error_type == "ResultSchemaError", r
+            assert "cannot hold 5.7" in r._error.error_message
+            assert r._error.attempts == 1  # not retried: an answer that does not fit stays so
+        else:
+            assert r.v == r.seq and r._error is None, r
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
+    assert any(r.seq % 10 == 0 and r.seq % 7 == 0 for r in out)  # a parked misfit was among them
 
 
 def test_defer_parks_keys_through_a_30_second_outage_and_finishes_them_in_order(

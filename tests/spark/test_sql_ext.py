@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import sql_ext
+from keyed_async_wait import ConfigError
 from keyed_async_wait.core.config import ALL_KEYS
 from keyed_async_wait.spark.compat import pyspark_version
 from lookup import Field, HttpLookup, RedisLookup
@@ -523,3 +524,53 @@ def test_an_error_column_keeps_failed_and_misfit_rows_with_their_error(
     ]
     with pytest.raises(Exception, match="cannot hold"):  # without the column: the query fails
         sql("SELECT * FROM async_lookup(TABLE(people), 'tiers')").collect()
+
+
+@needs_scalar
+def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
+    spark: Any, sql: Any, service: Any
+) -> None:
+    """The scalar form with error_field: a failed lookup (503, retries spent) and a result the
+    struct cannot hold give NULL results and the error in the field; a miss stays a NULL
+    struct; every other row is whole. Without the field the query fails naming the record."""
+
+    async def tier_number(record: dict) -> dict | None:
+        user = record["user_id"]
+        if user == 9:
+            return None  # a miss
+        return {"tier": "three" if user == 7 else user % 3}  # 7: not a bigint
+
+    url, state = service
+    state.down_ids = {"5"}
+    installed = sql_ext.install(spark, {"users": users(url)}, error_field="_err")
+    installed.register(
+        "tiers", tier_number, inputs=["user_id"], output_schema="tier bigint", error_field="_err"
+    )
+    installed.register("strict_tiers", tier_number, inputs=["user_id"], output_schema="tier bigint")
+    spark.conf.set(P + "max-attempts", "2")
+    spark.conf.set(P + "retry-strategy", "fixed_delay")
+    spark.conf.set(P + "fixed-delay", "10 ms")
+    spark.createDataFrame([(i, i) for i in range(10)], "seq long, user_id long").createOrReplaceTempView(
+        "people"
+    )
+    rows = sql("SELECT seq, users(user_id) AS u FROM people ORDER BY seq").collect()
+    assert [r.seq for r in rows] == list(range(10))
+    for r in rows:
+        if r.seq == 5:
+            assert r.u.name is None and r.u._err.error_type == "ServiceUnavailableError"
+            assert r.u._err.attempts == 2 and "503" in r.u._err.error_message
+        else:
+            assert r.u.name == f"user-{r.seq}" and r.u._err is None
+    rows = sql("SELECT seq, tiers(user_id) AS t FROM people ORDER BY seq").collect()
+    assert rows[9].t is None  # a miss is still a NULL struct, not an error
+    assert rows[7].t.tier is None and rows[7].t._err.error_type == "ResultSchemaError"
+    assert "'three'" in rows[7].t._err.error_message and "'user_id': 7" in rows[7].t._err.error_message
+    assert [(r.t.tier, r.t._err) for r in rows if r.seq not in (7, 9)] == [
+        (i % 3, None) for i in range(10) if i not in (7, 9)
+    ]
+    with pytest.raises(Exception, match=r"strict_tiers\(\): the result .*'three'"):
+        sql("SELECT seq, strict_tiers(user_id) AS t FROM people").collect()
+    with pytest.raises(ConfigError, match="error_field"):
+        installed.register(
+            "bad", tier_number, inputs=["user_id"], output_schema="tier bigint", error_field="tier"
+        )

@@ -1,0 +1,108 @@
+"""The Arrow form of a task's run of the table function (pyspark 4.1+).
+
+Spark hands ``eval`` an Arrow batch of the table (a group's slice of one, with ``PARTITION
+BY``) and takes Arrow batches back, so no row is pickled or made a Python object twice. The
+batches are read and assembled by the DataFrame waits' :class:`RowSource`: the table's columns
+leave exactly as they came, the result columns are checked against their types, and a result
+that does not fit fails the task or, with ``error_column``, is that row's error. The values a
+function sees and the rows that come out are those of the row form (:mod:`sql_ext.calls`).
+
+Invariant (as the row form's): every row handed to the operator is held by the
+:class:`RowSource` until its output batch is assembled; :meth:`terminate` waits for all of
+them, :meth:`flush` hands out those finished so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from keyed_async_wait.runtime.push import PushDriver
+from keyed_async_wait.spark.compat import arrow_type
+from keyed_async_wait.spark.output import RowSource
+from keyed_async_wait.spark.plan import Plan
+
+from .analysis import LookupAnalysis
+from .calls import start_call
+from .sources import LookupSource
+
+__all__ = ["ArrowTableCall"]
+
+
+class ArrowTableCall:
+    """One task's run, fed Arrow batches through a :class:`PushDriver` (see the module)."""
+
+    def __init__(
+        self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
+    ) -> None:
+        self.source = analysis.declared or sources[analysis.source]
+        assert analysis.shape is not None
+        self.shape = analysis.shape
+        self.analysis = analysis
+        self.decisions = decisions
+        self.time_zone = time_zone
+        self.driver: PushDriver | None = None
+        self.rows: RowSource | None = None
+
+    def _start(self) -> PushDriver:
+        analysis, source = self.analysis, self.source
+        started = start_call(source, self.shape, self.decisions, analysis.error_column, self.time_zone)
+        out = arrow_type(analysis.schema, started.zone)  # nullability as analyzed: Spark checks it
+        plan = Plan(
+            token=source.token,
+            function=source.function,
+            settings=started.settings,
+            join=analysis.join,
+            input_columns=list(analysis.columns),
+            result_columns=list(source.result_columns),
+            out_schema=pa.schema(list(out)),
+            error_column=analysis.error_column,
+            session_tz=started.zone,
+        )
+        self.rows = RowSource(plan)
+        self.driver = started.driver
+        return self.driver
+
+    def eval(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        driver = self.driver or self._start()
+        assert self.rows is not None
+        yield from self._out(self._guarded(driver.push, self.rows.read(batch)))
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        """A group ended, the task goes on: the rows finished so far."""
+        if self.driver is None:
+            return iter(())
+        return self._out(self.driver.take())
+
+    def terminate(self) -> Iterator[pa.RecordBatch]:
+        """The task's input ended: every row still in flight, waited for."""
+        if self.driver is None:
+            return
+        outputs = self._guarded(self.driver.finish)
+        self.driver = None
+        yield from self._out(outputs)
+
+    @property
+    def running(self) -> bool:
+        return self.driver is not None
+
+    def abort(self) -> None:
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            driver.abort()
+
+    def _guarded(self, step: Any, *args: Any) -> list[Any]:
+        assert self.driver is not None
+        try:
+            outputs: list[Any] = step(*args)
+        except BaseException:
+            self.driver.abort()  # no lookups left running in the worker's loop
+            raise
+        return outputs
+
+    def _out(self, outputs: list[Any]) -> Iterator[pa.RecordBatch]:
+        assert self.rows is not None
+        if outputs:
+            yield self.rows.assemble(outputs)

@@ -1,0 +1,161 @@
+"""A task's run of the table function: its operator, fed by Spark's calls (row form).
+
+:func:`start_call` decides the mode of the task from its settings (FLIP-519's truth table,
+:mod:`sql_ext.modes`), logs it (logger ``sql_ext.table``), counts it, and starts the operator
+behind a :class:`~keyed_async_wait.runtime.push.PushDriver`. :class:`TableCall` is the row
+form (pyspark 4.0, one ``eval`` per pickled row); :mod:`sql_ext.arrow_call` the Arrow form.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from keyed_async_wait.core.elements import OutputMode
+from keyed_async_wait.core.settings import OperatorSettings
+from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
+from keyed_async_wait.runtime.push import PushDriver
+from keyed_async_wait.spark.compat import arrow_type
+from keyed_async_wait.spark.values import column_converter
+from keyed_async_wait.spark.worker import worker_loop
+
+from .analysis import LookupAnalysis
+from .modes import InputShape, decide
+from .rows import OutputRows
+from .runtime import source_adapter, task_conf, task_time_zone
+from .sources import LookupSource
+from .values import row_reader
+
+__all__ = ["StartedCall", "TableCall", "start_call"]
+
+log = logging.getLogger("sql_ext.table")  # the logger the docs name for the mode decision
+
+_BLOCKED_PER_CAPACITY = 100  # records that may wait behind their keys, per unit of capacity
+_PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still prompt
+
+
+@dataclass
+class StartedCall:
+    """A task's operator, driven by the caller's thread, with what its rows need."""
+
+    driver: PushDriver
+    zone: str  # the task's session time zone
+    settings: OperatorSettings
+
+
+def start_call(
+    source: LookupSource, shape: InputShape, decisions: Any, error_column: str | None, time_zone: str
+) -> StartedCall:
+    """The mode of this task (from its settings, logged and counted) and its operator."""
+    conf = task_conf()  # a bad setting fails here, before any lookup
+    zone = task_time_zone(time_zone)
+    decision = decide(conf, shape)
+    log.info("async_lookup(%s): %s", source.name, decision.describe())
+    if decisions is not None:
+        decisions.add({f"{source.name}: {decision.describe()}": 1})
+    key: Any = None
+    if decision.key:
+        key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
+    # Spark hands a task's rows over group by group: many updates of few keys at a time. Let
+    # them wait behind their keys beyond the capacity, so the other keys still run.
+    blocked = _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode is OutputMode.KEY_ORDERED else 0
+    on_error = "emit" if error_column else "fail"  # with an error column, failures are rows
+    settings = conf.operator_settings(
+        decision.mode, key=key, output="pairs", blocked_capacity=blocked, on_error=on_error
+    )
+    op = KeyedAsyncWaitOperator.from_settings(source_adapter(source, conf), settings)
+    return StartedCall(PushDriver(op, worker_loop().loop), zone, settings)
+
+
+class TableCall:
+    """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
+
+    def __init__(
+        self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
+    ) -> None:
+        self.source = analysis.declared or sources[analysis.source]
+        assert analysis.shape is not None
+        self.shape = analysis.shape
+        self.columns = analysis.columns
+        self.input_schema = analysis.input_schema
+        self.time_zone = time_zone
+        self.read: Any = None
+        self.left = analysis.join == "left"
+        self.error_column = analysis.error_column
+        self.out: OutputRows | None = None
+        self.decisions = decisions
+        self.driver: PushDriver | None = None
+        self.pending: list[dict[str, Any]] = []
+        self.push_size = _PUSH_SIZE
+
+    def _start(self) -> PushDriver:
+        started = start_call(self.source, self.shape, self.decisions, self.error_column, self.time_zone)
+        self.read = row_reader(self.input_schema, started.zone)
+        convert = {
+            f.name: column_converter(arrow_type(f.dataType, started.zone), started.zone, arrow=False)
+            for f in self.source.result_schema.fields
+        }
+        self.out = OutputRows(
+            self.source.name,
+            self.columns,
+            self.source.result_columns,
+            self.source.inputs,
+            convert,
+            left=self.left,
+            error_column=self.error_column,
+        )
+        self.push_size = max(1, min(_PUSH_SIZE, started.settings.capacity))
+        self.driver = started.driver
+        return self.driver
+
+    def eval(self, row: Any) -> Iterator[tuple[Any, ...]]:
+        driver = self.driver or self._start()
+        self.pending.append(self.read(row))
+        if len(self.pending) >= self.push_size:
+            batch, self.pending = self.pending, []
+            yield from self._rows(self._guarded(driver.push, batch))
+
+    def flush(self) -> Iterator[tuple[Any, ...]]:
+        """A group ended, the task goes on: hand over what is pending, the rows ready so far."""
+        driver = self.driver
+        if driver is None:
+            return iter(())
+        if not self.pending:
+            return self._rows(driver.take())
+        batch, self.pending = self.pending, []
+        return self._rows(self._guarded(driver.push, batch))
+
+    def terminate(self) -> Iterator[tuple[Any, ...]]:
+        """The task's input ended: every row still in flight, waited for."""
+        driver = self.driver
+        if driver is None:
+            return
+        batch, self.pending = self.pending, []
+        outputs = self._guarded(driver.push, batch) if batch else []
+        outputs += self._guarded(driver.finish)
+        self.driver = None
+        yield from self._rows(outputs)
+
+    @property
+    def running(self) -> bool:
+        return self.driver is not None
+
+    def abort(self) -> None:
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            driver.abort()
+
+    def _guarded(self, step: Any, *args: Any) -> list[Any]:
+        assert self.driver is not None
+        try:
+            outputs: list[Any] = step(*args)
+        except BaseException:
+            self.driver.abort()  # no lookups left running in the worker's loop
+            raise
+        return outputs
+
+    def _rows(self, outputs: list[Any]) -> Iterator[tuple[Any, ...]]:
+        assert self.out is not None
+        return self.out.rows(outputs)
