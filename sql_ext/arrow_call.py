@@ -9,7 +9,8 @@ function sees and the rows that come out are those of the row form (:mod:`sql_ex
 
 Invariant (as the row form's): every row handed to the operator is held by the
 :class:`RowSource` until its output batch is assembled; :meth:`terminate` waits for all of
-them, :meth:`flush` hands out those finished so far.
+them and hands every one out. Finished rows are gathered into batches of at least
+``OUTPUT_ROWS`` before they leave (each batch sent costs Spark a fixed amount).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from keyed_async_wait.runtime.push import PushDriver
 from keyed_async_wait.spark.compat import arrow_type
 from keyed_async_wait.spark.output import RowSource
 from keyed_async_wait.spark.plan import Plan
+from keyed_async_wait.spark.task import OUTPUT_ROWS
 
 from .analysis import LookupAnalysis
 from .calls import start_call
@@ -45,6 +47,7 @@ class ArrowTableCall:
         self.time_zone = time_zone
         self.driver: PushDriver | None = None
         self.rows: RowSource | None = None
+        self.held: list[Any] = []  # finished, gathered into a bigger batch (see Task.outputs)
 
     def _start(self) -> PushDriver:
         analysis, source = self.analysis, self.source
@@ -71,7 +74,7 @@ class ArrowTableCall:
         yield from self._out(self._guarded(driver.push, self.rows.read(batch)))
 
     def flush(self) -> Iterator[pa.RecordBatch]:
-        """A group ended, the task goes on: the rows finished so far."""
+        """A group ended, the task goes on: the rows finished so far (once enough are)."""
         if self.driver is None:
             return iter(())
         return self._out(self.driver.take())
@@ -82,7 +85,7 @@ class ArrowTableCall:
             return
         outputs = self._guarded(self.driver.finish)
         self.driver = None
-        yield from self._out(outputs)
+        yield from self._out(outputs, last=True)
 
     @property
     def running(self) -> bool:
@@ -102,7 +105,9 @@ class ArrowTableCall:
             raise
         return outputs
 
-    def _out(self, outputs: list[Any]) -> Iterator[pa.RecordBatch]:
+    def _out(self, outputs: list[Any], last: bool = False) -> Iterator[pa.RecordBatch]:
         assert self.rows is not None
-        if outputs:
-            yield self.rows.assemble(outputs)
+        self.held += outputs
+        if self.held and (last or len(self.held) >= OUTPUT_ROWS):
+            held, self.held = self.held, []
+            yield self.rows.assemble(held)

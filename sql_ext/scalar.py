@@ -26,8 +26,9 @@ from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.compat import arrow_scalar_udf
 from keyed_async_wait.spark.options import ERROR_STRUCT
 from keyed_async_wait.spark.output import ResultSchemaError
+from keyed_async_wait.spark.task import OUTPUT_ROWS
 from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
-from keyed_async_wait.spark.worker import drive, worker_loop
+from keyed_async_wait.spark.worker import drive, gathered, worker_loop
 
 from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
@@ -86,7 +87,7 @@ def _lookup_batches(
     log.info("%s(): ORDERED (the scalar form returns results in input order)", source.name)
     values = _Values(source, error_field)
     with contextlib.closing(drive(loop, op.process_batches(_records(source, batches)))) as produced:
-        for chunk in produced:
+        for chunk in gathered(produced, OUTPUT_ROWS):
             yield pa.array(values.converted(chunk, convert), type=arrow_type)
 
 

@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 from ..runtime.function import FunctionAdapter
@@ -25,6 +25,7 @@ __all__ = [
     "YOUNG_THRESHOLD",
     "CollectorWatch",
     "drive",
+    "gathered",
     "shared",
     "tune_collector",
     "worker_loop",
@@ -162,3 +163,19 @@ def drive(loop: asyncio.AbstractEventLoop, outputs: Any) -> Generator[list[Any],
                 return
     finally:
         loop.run_until_complete(outputs.aclose())
+
+
+def gathered(chunks: Iterable[list[Any]], rows: int) -> Iterator[list[Any]]:
+    """``chunks`` joined into lists of at least ``rows`` items (the last: what is left).
+
+    Why: the operator hands out what is ready, often a few dozen records at a time, and each
+    Arrow batch built and sent to Spark has a fixed cost (measured: a tenth of the task's CPU on
+    per-row HTTP lookups). A finished record counts against no capacity while it waits here."""
+    pending: list[Any] = []
+    for chunk in chunks:
+        pending += chunk
+        if len(pending) >= rows:
+            yield pending
+            pending = []
+    if pending:
+        yield pending
