@@ -131,5 +131,49 @@ def test_pysparks_own_wrapper_calls_terminate_as_at_group_boundary_reads_it(spar
     for row in rows:
         per_task.setdefault(row.task, []).append(row.boundary)
     assert sum(len(flags) for flags in per_task.values()) == 12  # one terminate per group
+    assert any(len(flags) > 1 for flags in per_task.values())  # some task did cross a boundary
+    for task, flags in per_task.items():
+        assert flags[-1] is False and all(flags[:-1]), f"task {task}: {flags}"
+
+
+class _ArrowBoundaryProbe(_BoundaryProbe):
+    """The same probe in the Arrow form: batches in, a batch out at each terminate."""
+
+    def eval(self, batch: Any) -> Iterator[Any]:
+        self.rows += batch.num_rows
+        return iter(())
+
+    def terminate(self) -> Iterator[Any]:  # not a generator: it must see its caller
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        boundary = at_group_boundary()
+        context = TaskContext.get()
+        assert context is not None
+        schema = pa.schema([pa.field("task", pa.int32()), pa.field("boundary", pa.bool_())])
+        row = pa.RecordBatch.from_pylist(
+            [{"task": context.partitionId(), "boundary": boundary}], schema=schema
+        )
+        return iter([row] if self.rows else [])
+
+
+@pytest.mark.spark
+@pytest.mark.compat("SQL table function: groups of a task share one call")
+def test_the_arrow_wrapper_calls_terminate_as_at_group_boundary_reads_it(spark: Any) -> None:
+    """As above, for the Arrow form (compat.arrow_table_function, pyspark 4.1+): made as
+    async_lookup's is, with analyze, and run by this pyspark's ArrowUDTFWithPartition."""
+    from keyed_async_wait.spark.compat import arrow_table_function, pyspark_version
+
+    if pyspark_version() < (4, 1):
+        assert arrow_table_function(_ArrowBoundaryProbe, connect=False) is None
+        pytest.skip("the Arrow form needs pyspark 4.1; before, the row form runs (checked above)")
+    spark.udtf.register("arrow_boundary_probe", arrow_table_function(_ArrowBoundaryProbe, connect=False))
+    spark.range(60).selectExpr("id % 12 AS k").createOrReplaceTempView("boundary_input")
+    rows = spark.sql("SELECT * FROM arrow_boundary_probe(TABLE(boundary_input) PARTITION BY k)").collect()
+    per_task: dict[int, list[bool]] = {}
+    for row in rows:
+        per_task.setdefault(row.task, []).append(row.boundary)
+    assert sum(len(flags) for flags in per_task.values()) == 12  # one terminate per group
+    assert any(len(flags) > 1 for flags in per_task.values())  # some task did cross a boundary
     for task, flags in per_task.items():
         assert flags[-1] is False and all(flags[:-1]), f"task {task}: {flags}"
