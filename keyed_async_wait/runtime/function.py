@@ -11,7 +11,9 @@ __all__ = [
     "AsyncFunction",
     "DeclaresInputs",
     "DeclaresOutputSchema",
+    "DescribesCalls",
     "FunctionAdapter",
+    "ReleasesKeysEarly",
     "adapt_function",
     "check_release",
     "declared_inputs",
@@ -33,6 +35,23 @@ class DeclaresInputs(Protocol):
     input lacks is an error at the call, not a failure in every task."""
 
     def input_fields(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class DescribesCalls(Protocol):
+    """An action that says what it does for a record (a lookup's own key, secrets redacted):
+    that record's errors name it."""
+
+    def describe_call(self, record: Any) -> str | None: ...
+
+
+@runtime_checkable
+class ReleasesKeysEarly(Protocol):
+    """An action that may let its key go before it ends (a chain with ``release_after``):
+    ``bind_release`` is then given the runtime's ``release(record)``; None when it does not."""
+
+    @property
+    def bind_release(self) -> Callable[[Any], None] | None: ...
 
 
 def declared_output_schema(function: Any) -> str | None:
@@ -194,8 +213,8 @@ def adapt_function(function: Any) -> FunctionAdapter:
             open=getattr(function, "open", None),
             close=getattr(function, "close", None),
             eager=bool(getattr(function, "eager_start", False)),
-            bind_release=getattr(function, "bind_release", None),
-            describe=getattr(function, "describe_call", None),
+            bind_release=function.bind_release if isinstance(function, ReleasesKeysEarly) else None,
+            describe=function.describe_call if isinstance(function, DescribesCalls) else None,
             instance=function,
         )
     if callable(function):
