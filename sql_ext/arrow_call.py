@@ -27,25 +27,19 @@ from keyed_async_wait.spark.plan import Plan
 from keyed_async_wait.spark.task import OUTPUT_ROWS
 
 from .analysis import LookupAnalysis
-from .calls import start_call
+from .calls import DrivenCall, start_call
 from .sources import LookupSource
 
 __all__ = ["ArrowTableCall"]
 
 
-class ArrowTableCall:
+class ArrowTableCall(DrivenCall):
     """One task's run, fed Arrow batches through a :class:`PushDriver` (see the module)."""
 
     def __init__(
         self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
     ) -> None:
-        self.source = analysis.declared or sources[analysis.source]
-        assert analysis.shape is not None
-        self.shape = analysis.shape
-        self.analysis = analysis
-        self.decisions = decisions
-        self.time_zone = time_zone
-        self.driver: PushDriver | None = None
+        super().__init__(sources, analysis, decisions, time_zone)
         self.rows: RowSource | None = None
         self.held: list[Any] = []  # finished, gathered into a bigger batch (see Task.outputs)
 
@@ -86,24 +80,6 @@ class ArrowTableCall:
         outputs = self._guarded(self.driver.finish)
         self.driver = None
         yield from self._out(outputs, last=True)
-
-    @property
-    def running(self) -> bool:
-        return self.driver is not None
-
-    def abort(self) -> None:
-        driver, self.driver = self.driver, None
-        if driver is not None:
-            driver.abort()
-
-    def _guarded(self, step: Any, *args: Any) -> list[Any]:
-        assert self.driver is not None
-        try:
-            outputs: list[Any] = step(*args)
-        except BaseException:
-            self.driver.abort()  # no lookups left running in the worker's loop
-            raise
-        return outputs
 
     def _out(self, outputs: list[Any], last: bool = False) -> Iterator[pa.RecordBatch]:
         assert self.rows is not None

@@ -28,7 +28,7 @@ from .runtime import source_adapter, task_conf, task_time_zone
 from .sources import LookupSource
 from .values import row_reader
 
-__all__ = ["StartedCall", "TableCall", "start_call"]
+__all__ = ["DrivenCall", "StartedCall", "TableCall", "start_call"]
 
 log = logging.getLogger("sql_ext.table")  # the logger the docs name for the mode decision
 
@@ -69,8 +69,9 @@ def start_call(
     return StartedCall(PushDriver(op, worker_loop().loop), zone, settings)
 
 
-class TableCall:
-    """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
+class DrivenCall:
+    """What both forms share: the source and its call, the task's driver, stopped cleanly
+    when a step fails."""
 
     def __init__(
         self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
@@ -78,15 +79,43 @@ class TableCall:
         self.source = analysis.declared or sources[analysis.source]
         assert analysis.shape is not None
         self.shape = analysis.shape
+        self.analysis = analysis
+        self.decisions = decisions
+        self.time_zone = time_zone
+        self.driver: PushDriver | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.driver is not None
+
+    def abort(self) -> None:
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            driver.abort()
+
+    def _guarded(self, step: Any, *args: Any) -> list[Any]:
+        assert self.driver is not None
+        try:
+            outputs: list[Any] = step(*args)
+        except BaseException:
+            self.driver.abort()  # no lookups left running in the worker's loop
+            raise
+        return outputs
+
+
+class TableCall(DrivenCall):
+    """One instance's run: the operator fed row by row through a :class:`PushDriver`."""
+
+    def __init__(
+        self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
+    ) -> None:
+        super().__init__(sources, analysis, decisions, time_zone)
         self.columns = analysis.columns
         self.input_schema = analysis.input_schema
-        self.time_zone = time_zone
         self.read: Any = None
         self.left = analysis.join == "left"
         self.error_column = analysis.error_column
         self.out: OutputRows | None = None
-        self.decisions = decisions
-        self.driver: PushDriver | None = None
         self.pending: list[dict[str, Any]] = []
         self.push_size = _PUSH_SIZE
 
@@ -137,24 +166,6 @@ class TableCall:
         outputs += self._guarded(driver.finish)
         self.driver = None
         yield from self._rows(outputs)
-
-    @property
-    def running(self) -> bool:
-        return self.driver is not None
-
-    def abort(self) -> None:
-        driver, self.driver = self.driver, None
-        if driver is not None:
-            driver.abort()
-
-    def _guarded(self, step: Any, *args: Any) -> list[Any]:
-        assert self.driver is not None
-        try:
-            outputs: list[Any] = step(*args)
-        except BaseException:
-            self.driver.abort()  # no lookups left running in the worker's loop
-            raise
-        return outputs
 
     def _rows(self, outputs: list[Any]) -> Iterator[tuple[Any, ...]]:
         assert self.out is not None

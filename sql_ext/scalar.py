@@ -116,7 +116,12 @@ class _Values:
         if self.error_field is None:
             return results[0]
         first = results[0]
-        return {**first, self.error_field: None} if isinstance(first, dict) else first
+        if not isinstance(first, dict):
+            return first  # not a dict: the conversion names it
+        if self.error_field in first:  # it would pass for an error: never taken as one
+            why = ValueMismatch(f"field {self.error_field!r} is the error field, not a result column")
+            return self._error(self._misfit(item, why))
+        return {**first, self.error_field: None}
 
     def _misfit(self, item: Any, why: ValueMismatch) -> tuple[str, str, int]:
         record, results = item

@@ -487,6 +487,16 @@ def test_limits_from_settings_open_the_circuit_in_an_outage(spark: Any, sql: Any
         sql("SELECT seq, users(user_id) AS u FROM t").collect()
 
 
+def _two_quick_attempts_over_people(spark: Any) -> None:
+    """Two attempts 10 ms apart, and the view ``people`` of ten ids (seq = user_id)."""
+    spark.conf.set(P + "max-attempts", "2")
+    spark.conf.set(P + "retry-strategy", "fixed_delay")
+    spark.conf.set(P + "fixed-delay", "10 ms")
+    spark.createDataFrame([(i, i) for i in range(10)], "seq long, user_id long").createOrReplaceTempView(
+        "people"
+    )
+
+
 def test_an_error_column_keeps_failed_and_misfit_rows_with_their_error(
     spark: Any, sql: Any, service: Any
 ) -> None:
@@ -501,12 +511,7 @@ def test_an_error_column_keeps_failed_and_misfit_rows_with_their_error(
     state.down_ids = {"5"}
     installed = sql_ext.install(spark, {"users": users(url)})
     installed.register("tiers", tier_number, inputs=["user_id"], output_schema="tier bigint")
-    spark.conf.set(P + "max-attempts", "2")
-    spark.conf.set(P + "retry-strategy", "fixed_delay")
-    spark.conf.set(P + "fixed-delay", "10 ms")
-    spark.createDataFrame([(i, i) for i in range(10)], "seq long, user_id long").createOrReplaceTempView(
-        "people"
-    )
+    _two_quick_attempts_over_people(spark)
     rows = sql("SELECT * FROM async_lookup(TABLE(people), 'users', error_column => '_err')").collect()
     assert sorted(r.seq for r in rows) == list(range(10))
     for r in rows:
@@ -538,6 +543,8 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
         user = record["user_id"]
         if user == 9:
             return None  # a miss
+        if user == 8:  # a result posing as the error field: an error, never taken for one
+            return {"tier": 1, "_err": {"error_type": "x", "error_message": "y", "attempts": 0}}
         return {"tier": "three" if user == 7 else user % 3}  # 7: not a bigint
 
     url, state = service
@@ -547,12 +554,7 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
         "tiers", tier_number, inputs=["user_id"], output_schema="tier bigint", error_field="_err"
     )
     installed.register("strict_tiers", tier_number, inputs=["user_id"], output_schema="tier bigint")
-    spark.conf.set(P + "max-attempts", "2")
-    spark.conf.set(P + "retry-strategy", "fixed_delay")
-    spark.conf.set(P + "fixed-delay", "10 ms")
-    spark.createDataFrame([(i, i) for i in range(10)], "seq long, user_id long").createOrReplaceTempView(
-        "people"
-    )
+    _two_quick_attempts_over_people(spark)
     rows = sql("SELECT seq, users(user_id) AS u FROM people ORDER BY seq").collect()
     assert [r.seq for r in rows] == list(range(10))
     for r in rows:
@@ -565,10 +567,11 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
     assert rows[9].t is None  # a miss is still a NULL struct, not an error
     assert rows[7].t.tier is None and rows[7].t._err.error_type == "ResultSchemaError"
     assert "'three'" in rows[7].t._err.error_message and "'user_id': 7" in rows[7].t._err.error_message
-    assert [(r.t.tier, r.t._err) for r in rows if r.seq not in (7, 9)] == [
-        (i % 3, None) for i in range(10) if i not in (7, 9)
+    assert rows[8].t.tier is None and "'_err' is the error field" in rows[8].t._err.error_message
+    assert [(r.t.tier, r.t._err) for r in rows if r.seq not in (7, 8, 9)] == [
+        (i % 3, None) for i in range(10) if i not in (7, 8, 9)
     ]
-    with pytest.raises(Exception, match=r"strict_tiers\(\): the result .*'three'"):
+    with pytest.raises(Exception, match=r"strict_tiers\(\): the result .*does not fit"):
         sql("SELECT seq, strict_tiers(user_id) AS t FROM people").collect()
     with pytest.raises(ConfigError, match="error_field"):
         installed.register(

@@ -127,13 +127,7 @@ def test_pysparks_own_wrapper_calls_terminate_as_at_group_boundary_reads_it(spar
     spark.udtf.register("boundary_probe", udtf(_BoundaryProbe))
     spark.range(60).selectExpr("id % 12 AS k").createOrReplaceTempView("boundary_input")
     rows = spark.sql("SELECT * FROM boundary_probe(TABLE(boundary_input) PARTITION BY k)").collect()
-    per_task: dict[int, list[bool]] = {}
-    for row in rows:
-        per_task.setdefault(row.task, []).append(row.boundary)
-    assert sum(len(flags) for flags in per_task.values()) == 12  # one terminate per group
-    assert any(len(flags) > 1 for flags in per_task.values())  # some task did cross a boundary
-    for task, flags in per_task.items():
-        assert flags[-1] is False and all(flags[:-1]), f"task {task}: {flags}"
+    _every_terminate_but_each_tasks_last_is_a_boundary(rows, groups=12)
 
 
 class _ArrowBoundaryProbe(_BoundaryProbe):
@@ -170,10 +164,14 @@ def test_the_arrow_wrapper_calls_terminate_as_at_group_boundary_reads_it(spark: 
     spark.udtf.register("arrow_boundary_probe", arrow_table_function(_ArrowBoundaryProbe, connect=False))
     spark.range(60).selectExpr("id % 12 AS k").createOrReplaceTempView("boundary_input")
     rows = spark.sql("SELECT * FROM arrow_boundary_probe(TABLE(boundary_input) PARTITION BY k)").collect()
+    _every_terminate_but_each_tasks_last_is_a_boundary(rows, groups=12)
+
+
+def _every_terminate_but_each_tasks_last_is_a_boundary(rows: list[Any], groups: int) -> None:
     per_task: dict[int, list[bool]] = {}
     for row in rows:
         per_task.setdefault(row.task, []).append(row.boundary)
-    assert sum(len(flags) for flags in per_task.values()) == 12  # one terminate per group
+    assert sum(len(flags) for flags in per_task.values()) == groups  # one terminate per group
     assert any(len(flags) > 1 for flags in per_task.values())  # some task did cross a boundary
     for task, flags in per_task.items():
         assert flags[-1] is False and all(flags[:-1]), f"task {task}: {flags}"
