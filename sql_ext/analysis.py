@@ -14,15 +14,13 @@ from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.spark.options import ERROR_STRUCT
 
 from .allowlist import DeclaredSources
-from .buckets import bucket_expression
+from .buckets import DEFAULT_BUCKETS, bucket_expression
 from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, describe_input
 from .sources import LookupSource
 
 __all__ = ["CALL_OPTIONS", "DEFAULT_BUCKETS", "LookupAnalysis", "analyze"]
-
-DEFAULT_BUCKETS = 16  # without buckets => and without a numeric spark.sql.shuffle.partitions
 
 
 def _analysis_base() -> type:

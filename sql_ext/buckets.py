@@ -11,9 +11,10 @@ one bucket whatever the values are.
 
 from __future__ import annotations
 
-__all__ = ["MAX_SPREAD", "bucket_expression", "murmur3_int", "spread_values"]
+__all__ = ["DEFAULT_BUCKETS", "MAX_SPREAD", "bucket_expression", "bucketing", "murmur3_int", "spread_values"]
 
 MAX_SPREAD = 1024  # more buckets than this: plain numbers (many groups spread well by chance)
+DEFAULT_BUCKETS = 16  # without buckets => and without a numeric spark.sql.shuffle.partitions
 _MASK = 0xFFFFFFFF
 
 
@@ -57,3 +58,13 @@ def bucket_expression(hashed: str, count: int, spread: list[int] | None) -> str:
         return bucket
     values = ", ".join(str(v) for v in spread[:count])
     return f"element_at(array({values}), {bucket} + 1)"
+
+
+def bucketing(partitions: str) -> tuple[list[int] | None, int]:
+    """For the session's ``spark.sql.shuffle.partitions`` (a number, or e.g. "auto" on some
+    platforms): the bucket values, and the default bucket count, one per partition (so each task
+    gets one group and all its keys arrive interleaved), at most :data:`MAX_SPREAD`."""
+    if not partitions.isdigit() or int(partitions) < 1:
+        return None, DEFAULT_BUCKETS
+    count = int(partitions)
+    return spread_values(count), min(count, MAX_SPREAD)

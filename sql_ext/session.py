@@ -12,8 +12,7 @@ from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.options import session_config, session_time_zone
 
 from .allowlist import DeclaredSources
-from .analysis import DEFAULT_BUCKETS
-from .buckets import MAX_SPREAD, spread_values
+from .buckets import bucketing
 from .exceptions import ConfigError
 from .modes import Decision, decide, describe_input
 from .scalar import return_type, scalar_function
@@ -109,11 +108,7 @@ class AsyncLookupSQL:
         from pyspark.sql.functions import udtf
 
         partitions = str(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        spread = spread_values(int(partitions)) if partitions.isdigit() else None  # "auto" on some platforms
-        # one group per task: its keys all arrive interleaved, none waits for another group's
-        default = (
-            min(int(partitions), MAX_SPREAD) if partitions.isdigit() and int(partitions) else DEFAULT_BUCKETS
-        )
+        spread, default = bucketing(partitions)
 
         def bound(arrow: bool) -> type:
             zone, allowed = session_time_zone(self.spark), self.declared_sources

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -582,9 +585,6 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
 def test_an_update_stream_gets_one_bucket_per_shuffle_partition_by_default(spark: Any, sql: Any) -> None:
     """One group per task: all of its keys arrive interleaved (sql_buckets measured 0.51x of
     key_ordered_wait with 64 buckets over 2 tasks before the groups could be read ahead)."""
-    import contextlib
-    import io
-    import re
 
     async def echo(record: dict) -> dict:
         return {"v": record["k"]}
