@@ -1,45 +1,69 @@
-"""What every lookup shares: the cache, in-flight deduplication, batches, statistics, and a
-client made lazily inside the event loop that uses it (never pickled)."""
+"""A lookup: a service asked for one key per record (or many keys per batch), with what every
+lookup shares: the cache, in-flight deduplication, batches, limits, statistics and the backlog
+gear's column-wise path.
+
+``Lookup(service, key="user:{user_id}", fields=[...])`` asks any
+:class:`~lookup.service.Service` (a class of your own, see ``docs/guide/backends.md``);
+:class:`~lookup.HttpLookup` and :class:`~lookup.RedisLookup` are lookups that are their own
+service. Either way the engine reads the lookup through its one backend protocol
+(:mod:`keyed_async_wait.runtime.backend`): nothing in it knows this class.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
+import copy
+import types
+from collections.abc import Awaitable, Hashable, Mapping, Sequence
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.runtime.function import AsyncFunction
 
-from .batched import BatchedLookups
+from .batched import invoke_batch
 from .cache import MISS, PartialCache
-from .columnar import ColumnarLookups
-from .exceptions import BODY_LIMIT, LookupOptionError
+from .columnar import ColumnarPath
+from .exceptions import BODY_LIMIT, LookupOptionError, LookupServiceError
 from .fields import Field, FieldMapper
 from .limits import Gate, Limits, ThrottleStats
-from .loop_client import LoopClient
-from .parts import LookupStats, suspend
+from .parts import LookupStats, ReportsLookupStats, suspend
+from .settings import LookupSettings
+from .template import Template
 
-__all__ = ["Lookup", "LookupStats"]
+__all__ = ["Lookup", "LookupStats", "ReportsLookupStats", "suspend"]
 
 
-class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups, LoopClient):
-    """Base of the lookups. Subclasses implement :meth:`_fetch` (one key) and, when the service
-    has one, :meth:`_fetch_many` (a batch call), plus :meth:`_make_client` / :meth:`_close_client`.
+class Lookup(AsyncFunction[Any, dict[str, Any]]):
+    """Look records up in a service.
 
-    ``invoke(record)`` returns ``[result]`` or ``[]`` for a miss; ``invoke_batch`` exists when
-    the lookup batches (``self.batching``) and returns one such list, or an exception, per record.
+    Parameters
+    ----------
+    service : Service, optional
+        What answers a key (``fetch(key)``; ``fetch_many(keys)`` for batches). None: the lookup
+        is its own service (a subclass that defines ``fetch``).
+    key : str or Template
+        A template over the record's fields (``"user:{user_id}"``): what is looked up, cached
+        and deduplicated, and the fields the lookup reads.
+    fields : list of Field or str, optional
+        The result columns (names, types, paths into the answer); without it the whole answer
+        (or ``result_path`` into it) is the result.
+    cache : PartialCache, optional
+        Answers kept in this worker process.
+    dedup : bool
+        Records asking for a key already in flight wait for that call instead of making another.
+    limits : Limits, optional
+        A rate, an adaptive concurrency limit, a circuit breaker.
+    error_body_chars : int
+        How much of an answer an error may show.
     """
 
-    @property
-    def eager_start(self) -> bool:  # type: ignore[override]
-        """Eager only with a cache: hits then finish without a task; misses yield once (below)
-        before any I/O, so the request runs inside its task. Without a cache eagerness would
-        only cost that extra loop turn."""
-        return self.cache is not None
+    service_name = "service"  # the service's name in errors and limits
 
     def __init__(
         self,
+        service: Any = None,
         *,
+        key: str | Template | None = None,
         fields: Sequence[Field | str | tuple[str, str]] | None = None,
         result_path: str | None = None,
         cache: PartialCache | None = None,
@@ -51,55 +75,187 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
             raise LookupOptionError(
                 "error_body_chars", f"error_body_chars={error_body_chars}; allowed: an integer >= 0"
             )
+        if service is not None:
+            if not callable(getattr(service, "fetch", None)):
+                raise LookupOptionError(
+                    "service", f"service={service!r}; allowed: an object with async fetch(key)"
+                )
+            if key is None:
+                raise LookupOptionError(
+                    "key", "a lookup over a service needs key= (a template, e.g. 'user:{user_id}')"
+                )
+            self.service_name = str(getattr(service, "name", type(service).__name__))
+        self.service = service
+        if key is not None:
+            self.key = key if isinstance(key, Template) else Template(key)
         self.error_body_chars = error_body_chars  # how much of an answer an error may show
         self.mapper = FieldMapper(fields, result_path, error_body_chars)
+        if cache is not None and not isinstance(cache, PartialCache):
+            raise ConfigError("cache", cache, "a PartialCache(...) or None")
         self.cache = cache
         self.dedup = dedup
-        self.stats = LookupStats()
         if limits is not None and not isinstance(limits, Limits):
             raise ConfigError("limits", limits, "a Limits(...) or None")
         self.limits = limits
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        """What a process fills as it runs: none of it travels, none of it is shared by copies."""
+        self.stats = LookupStats()
         self._gate: Gate | None = None
         self._gate_loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
         self._memo_results: dict[Hashable, Any] | None = None  # mapped results, in memoized()
-        if self.batching:
-            self.invoke_batch = self._invoke_batch
 
-    # ------------------------------------------------------------------ subclass hooks
+    def __repr__(self) -> str:
+        return f"Lookup({self.service_name} {self.key.text!r})"
 
-    async def _fetch(self, key: Hashable) -> Any:
-        """The decoded answer for one key, or None for a miss."""
-        raise NotImplementedError
+    # ------------------------------------------------------------------ the service
 
-    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
-        """Answers (or exceptions) for many keys, in order; by default one ``_fetch`` each."""
-        return await asyncio.gather(*(self._fetch(k) for k in keys), return_exceptions=True)
+    @property
+    def batching(self) -> bool:
+        """Whether the service answers many keys in one call (then the lookup batches records)."""
+        return callable(getattr(self._service, "fetch_many", None))
+
+    @property
+    def _service(self) -> Any:
+        return self if self.service is None else self.service
+
+    async def fetch(self, key: Hashable) -> Any:
+        """The decoded answer for one key, or None for a miss (a subclass's own service)."""
+        raise NotImplementedError(f"{type(self).__name__} must define fetch(key) or be given a service")
+
+    def request_key(self, record: Any) -> Hashable:
+        """What identifies one lookup (for the cache, deduplication and batches)."""
+        return self.key.render(record)
+
+    def request_keys(self, records: list[Any]) -> list[Any]:
+        """:meth:`request_key` for many records (raises the first record's error)."""
+        return self.key.render_many(records)
+
+    def input_fields(self) -> tuple[str, ...]:
+        """The record fields the lookup reads, in order of first use."""
+        return self.key.fields
+
+    def _key_template(self) -> Template | None:
+        """The template that alone makes the lookup key, when there is one (the columnar path
+        renders a column of its one field at once)."""
+        return self.key
+
+    def describe_call(self, record: Any) -> str:
+        """What this lookup asks for ``record``, for its errors."""
+        key = self.request_key(record)
+        describe = getattr(self._service, "describe", None)
+        return str(describe(key)) if callable(describe) else f"{self.service_name} {key!r}"
+
+    def output_schema(self) -> str | None:
+        """The declared result columns as a Spark DDL string, when fields were declared."""
+        return self.mapper.schema_ddl()
+
+    # ------------------------------------------------------------------ what the engine reads
+
+    @property
+    def eager_start(self) -> bool:  # type: ignore[override]
+        """Eager only with a cache: hits then finish without a task; misses yield once (below)
+        before any I/O, so the request runs inside its task. Without a cache eagerness would
+        only cost that extra loop turn."""
+        return self.cache is not None
+
+    null_key_is_miss = True  # SQL: a NULL key field is a miss without a call, as a NULL join key
+
+    @property
+    def invoke_batch(self) -> Any:
+        """``invoke_batch(records)`` when the service batches, else None (one call per record)."""
+        return types.MethodType(invoke_batch, self) if self.batching else None
+
+    def columnar(self) -> ColumnarPath:
+        """The backlog gear's column-wise form of this lookup."""
+        return ColumnarPath(self)
+
+    def counters(self) -> dict[str, int]:
+        """Calls made, cache hits and what the limits did, in this process so far."""
+        stats = self.stats
+        counts = {
+            "lookups": stats.requests,
+            "cache_hits": stats.cache_hits,
+            "deduplicated": stats.deduplicated,
+        }
+        throttle = self.throttle_stats
+        if throttle is not None:
+            counts.update(
+                rejected_429=throttle.rejected,
+                unavailable_5xx=throttle.unavailable,
+                short_circuited=throttle.short_circuited,
+                throttled_ms=int(throttle.throttled_s * 1000),
+                breaker_opened=throttle.breaker_opened,
+            )
+        return counts
+
+    def gauges(self) -> dict[str, Any]:
+        throttle = self.throttle_stats
+        return {"limit": throttle.limit or "-"} if throttle is not None else {}
+
+    def configured(self, settings: Mapping[str, Any]) -> tuple[str, Lookup]:
+        """This lookup under a session's settings (``spark.sql.exec.async-lookup.*``, for SQL):
+        a cache and limits where it has none of its own. An identity of what was added, and the
+        lookup to run (this one when nothing applies; else a new one, nothing shared)."""
+        wanted = LookupSettings.from_mapping(settings)
+        cache = self.cache
+        if cache is None and wanted.wants_cache:
+            cache = PartialCache(
+                wanted.cache_max_rows or 10_000,
+                expire_after_write=wanted.cache_expire_after_write,
+                expire_after_access=wanted.cache_expire_after_access,
+                cache_missing_key=wanted.cache_missing_key,
+            )
+        limits = self.limits
+        if limits is None and wanted.wants_limits:
+            limits = Limits(
+                rate=wanted.rate_limit,
+                adaptive=wanted.adaptive_concurrency,
+                max_concurrency=wanted.buffer_capacity,
+                breaker_failures=wanted.breaker_failures,
+                breaker_cool_off=wanted.breaker_cool_off,
+            )
+        if cache is self.cache and limits is self.limits:
+            return "", self
+        identity = f"cache={_cache_identity(cache) if cache is not self.cache else '-'}"
+        identity += f" limits={limits if limits is not self.limits else '-'}"
+        return identity, self.with_policies(cache=cache, limits=limits)
+
+    def with_policies(self, *, cache: PartialCache | None, limits: Limits | None) -> Lookup:
+        """A copy of this lookup with another cache and limits (checked as the constructor checks
+        them), sharing no state with it."""
+        if cache is not None and not isinstance(cache, PartialCache):
+            raise ConfigError("cache", cache, "a PartialCache(...) or None")
+        if limits is not None and not isinstance(limits, Limits):
+            raise ConfigError("limits", limits, "a Limits(...) or None")
+        other = copy.copy(self)
+        other.cache, other.limits = cache, limits
+        other._fresh_state()
+        other._forget_clients()
+        return other
 
     # ------------------------------------------------------------------ client lifecycle
+
+    def _forget_clients(self) -> None:
+        """Drop references to live clients (a copy or a pickle makes its own)."""
 
     async def aclose(self) -> None:
         gate, self._gate, self._gate_loop = self._gate, None, None
         if gate is not None:
             await gate.aclose()
-        await self._drop_client()
+        close = getattr(self.service, "aclose", None)
+        if callable(close):
+            await close()
 
     async def close(self) -> None:
         await self.aclose()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self._without_client(self.__dict__.copy())
-        state["_inflight"] = {}
-        state["_memo_results"] = None
-        state["_gate"] = state["_gate_loop"] = None
-        state.pop("invoke_batch", None)
-        state["stats"] = LookupStats()
+        state = self.__dict__.copy()
+        state.update(stats=LookupStats(), _gate=None, _gate_loop=None, _inflight={}, _memo_results=None)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self.batching:
-            self.invoke_batch = self._invoke_batch
 
     # ------------------------------------------------------------------ lookups
 
@@ -134,7 +290,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
         try:
             self.stats.requests += 1
             self.stats.keys_fetched += 1
-            answer = await self._gated(self._fetch, key, 1, key)
+            answer = await self._gated(self._service.fetch, key, 1, key)
         except BaseException as exc:
             self.stats.errors += 1
             future = inflight.pop(key, None) if inflight is not None else None
@@ -152,11 +308,71 @@ class Lookup(AsyncFunction[Any, dict[str, Any]], BatchedLookups, ColumnarLookups
             future.set_result(answer)
         return answer
 
+    async def _fetch_counted(self, keys: list[Any]) -> list[Any] | LookupServiceError:
+        """One batch call, counted; the error instead of the answers when the call failed."""
+        stats = self.stats
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            return await self._gated(
+                self._service.fetch_many, keys, len(keys), keys[0] if len(keys) == 1 else keys
+            )
+        except LookupServiceError as exc:
+            stats.errors += 1
+            return exc
+
+    # ------------------------------------------------------------------ limits
+
+    def gate(self) -> Gate | None:
+        """The gate of the running event loop (None without limits), made there on first use."""
+        if self.limits is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate_loop is not loop:
+            self._gate, self._gate_loop = Gate(self.limits), loop
+        return self._gate
+
     @property
     def throttle_stats(self) -> ThrottleStats | None:
         """What the limits did in this process (None without limits, or before the first call)."""
         return self._gate.stats if self._gate is not None else None
 
-    def output_schema(self) -> str | None:
-        """The declared result columns as a Spark DDL string, when fields were declared."""
-        return self.mapper.schema_ddl()
+    def _gated(self, call: Any, argument: Any, keys: int, lookup_key: Any) -> Awaitable[Any]:
+        """``call(argument)`` to await, through the gate when the lookup has limits (without
+        limits the call itself: no coroutine in between on the hot path)."""
+        gate = self.gate()
+        if gate is None:
+            return call(argument)
+        return self._through_gate(gate, call, argument, keys, lookup_key)
+
+    async def _through_gate(self, gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any) -> Any:
+        started = await gate.enter(keys, lookup_key, self.service_name)
+        try:
+            answer = await call(argument)
+        except BaseException as exc:
+            gate.leave(started, exc)
+            raise
+        gate.leave(started, None)
+        return answer
+
+    # ------------------------------------------------------------------ results
+
+    def _result(self, answer: Any, key: Hashable) -> list[dict[str, Any]]:
+        if answer is None:
+            self.stats.misses += 1
+            return []
+        return [self.mapper.map(answer, key, self.service_name)]
+
+    def _mapped(self, answer: Any, key: Hashable) -> Any:
+        try:
+            return self._result(answer, key)
+        except LookupServiceError as exc:
+            return exc
+
+
+def _cache_identity(cache: PartialCache | None) -> str:
+    if cache is None:
+        return "-"
+    return (
+        f"{cache.max_rows}/{cache.expire_after_write}/{cache.expire_after_access}/{cache.cache_missing_key}"
+    )

@@ -1,5 +1,9 @@
 """A lookup in the backlog gear: keys read column-wise from Arrow, each distinct key fetched
-once (:meth:`ColumnarLookups.memoized`), batch calls a few at a time."""
+once (:meth:`ColumnarPath.memoized`), batch calls a few at a time.
+
+:class:`ColumnarPath` is what a lookup's ``columnar()`` gives the engine (the backend
+protocol's :class:`~keyed_async_wait.runtime.backend.Columnar`).
+"""
 
 from __future__ import annotations
 
@@ -9,28 +13,29 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from .cache import MISS, PartialCache
-from .parts import LookupParts
 
-__all__ = ["ColumnarLookups"]
+__all__ = ["ColumnarPath"]
 
 
-class ColumnarLookups(LookupParts):
-    """The columnar (backlog) side of a lookup."""
+class ColumnarPath:
+    """The columnar (backlog) side of one lookup (a :class:`~lookup.Lookup`)."""
+
+    __slots__ = ("lookup",)
+
+    def __init__(self, lookup: Any) -> None:
+        self.lookup = lookup
 
     def column_keys(self, batch: Any) -> list[Hashable]:
         """The lookup key of every row of an Arrow record batch (reads only the input fields).
         Raises :class:`LookupServiceError` (a TemplateError) if a row lacks one."""
-        template = self._key_template()
-        if template is not None and template.fields[0] in batch.schema.names:
+        lookup = self.lookup
+        template = lookup._key_template()
+        if template is not None and len(template.fields) == 1 and template.fields[0] in batch.schema.names:
             keys = template.render_values(batch.column(template.fields[0]).to_pylist())
             if keys is not None:
                 return list(keys)
-        fields = [name for name in self.input_fields() if name in batch.schema.names]
-        return self._request_keys_fast(batch.select(fields).to_pylist())
-
-    def _key_template(self) -> Any:
-        """The template that alone makes the lookup key, when there is one (a Template)."""
-        return None
+        fields = [name for name in lookup.input_fields() if name in batch.schema.names]
+        return lookup.request_keys(batch.select(fields).to_pylist())
 
     async def results_for_keys(self, keys: list[Hashable], chunk: int, concurrency: int = 8) -> list[Any]:
         """For distinct lookup keys: each key's result list (``[]`` for a miss) or its error.
@@ -38,11 +43,12 @@ class ColumnarLookups(LookupParts):
         The cache (or :meth:`memoized`'s) first; the rest in batch calls of up to ``chunk`` keys,
         ``concurrency`` at a time (or one call per key for a lookup that does not batch).
         """
+        lookup = self.lookup
         out: list[Any] = [None] * len(keys)
-        cache, stats = self.cache, self.stats
+        cache, stats = lookup.cache, lookup.stats
         stats.records += len(keys)
         todo = list(range(len(keys)))
-        mapped = self._memo_results
+        mapped = lookup._memo_results
         if mapped is not None:  # a memoized run: results already mapped, by key
             todo = []
             for i, key in enumerate(keys):
@@ -59,22 +65,22 @@ class ColumnarLookups(LookupParts):
                 if value is MISS:
                     todo.append(i)
                 else:
-                    out[i] = [] if value is None else self._mapped(value, keys[i])
+                    out[i] = [] if value is None else lookup._mapped(value, keys[i])
             stats.cache_hits += len(keys) - len(todo)
         if not todo:
             return out
         gate = asyncio.Semaphore(concurrency)
-
-        plain = self.mapper.fields is None and self.mapper.result_path is None
+        plain = lookup.mapper.fields is None and lookup.mapper.result_path is None
+        batching = lookup.batching
 
         async def fetch(part: list[int]) -> None:
             async with gate:
                 wanted = [keys[i] for i in part]
-                if self.batching:
-                    answers = await self._fetch_counted(wanted)
+                if batching:
+                    answers = await lookup._fetch_counted(wanted)
                 else:
                     answers = await asyncio.gather(
-                        *(self._fetch_one(k) for k in wanted), return_exceptions=True
+                        *(lookup._fetch_one(k) for k in wanted), return_exceptions=True
                     )
             if not isinstance(answers, list):
                 answers = [answers] * len(part)
@@ -102,12 +108,12 @@ class ColumnarLookups(LookupParts):
                 elif plain:
                     value = [answer]
                 else:
-                    value = self._mapped(answer, key)
+                    value = lookup._mapped(answer, key)
                 out[i] = value
                 if mapped is not None and type(value) is list:
                     mapped[key] = value
 
-        step = chunk if self.batching else max(1, chunk // concurrency)
+        step = chunk if batching else max(1, chunk // concurrency)
         await asyncio.gather(*(fetch(todo[i : i + step]) for i in range(0, len(todo), step)))
         return out
 
@@ -116,13 +122,14 @@ class ColumnarLookups(LookupParts):
         """Within the block each lookup key is fetched at most once: a cache scoped to one run
         (a backlog micro-batch, whose answers are taken as fixed while it runs). A lookup with
         a cache of its own keeps it."""
-        own = self.cache is not None
+        lookup = self.lookup
+        own = lookup.cache is not None
         if not own:
-            self.cache = PartialCache(max_rows=10_000_000)
-        self._memo_results = {}
+            lookup.cache = PartialCache(max_rows=10_000_000)
+        lookup._memo_results = {}
         try:
             yield
         finally:
-            self._memo_results = None
+            lookup._memo_results = None
             if not own:
-                self.cache = None
+                lookup.cache = None

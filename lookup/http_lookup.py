@@ -26,6 +26,7 @@ from .http_client import http_client_setting, make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Answer, Transport
 from .limits import Limits
+from .loop_client import LoopClient
 from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .template import Template
 
@@ -93,7 +94,7 @@ def _authorization_header(bearer: Secret | None, basic: tuple[str, Secret | None
     return None
 
 
-class HttpLookup(Lookup):
+class HttpLookup(LoopClient, Lookup):
     """Look records up over HTTP.
 
     ``url``: a template over the record's fields (``http://svc/users/{user_id}``; values are
@@ -116,7 +117,7 @@ class HttpLookup(Lookup):
     :class:`Secret` and never appear in a repr or an error.
     """
 
-    service = "http"
+    service_name = "http"
 
     def __init__(
         self,
@@ -148,7 +149,6 @@ class HttpLookup(Lookup):
         dedup: bool = True,
         limits: Limits | None = None,
     ) -> None:
-        self.batching = batch_url is not None
         self.miss_statuses = tuple(miss_statuses)
         super().__init__(
             fields=fields,
@@ -175,7 +175,8 @@ class HttpLookup(Lookup):
             k: v for k, v in (headers or {}).items() if isinstance(v, Secret)
         }
         self.json_body = json_body
-        self.key = _key_template(key, self.url, self.batching, batch_response)
+        # what is looked up in a batch (the URL itself otherwise: request_key below)
+        self.key = _key_template(key, self.url, batch_url is not None, batch_response) or self.url
         if batch_url is not None:
             batch_url, batch_userinfo = split_userinfo(batch_url)
             userinfo = userinfo or batch_userinfo
@@ -212,6 +213,11 @@ class HttpLookup(Lookup):
             " auth=***" if self._bearer or self._basic or self._secret_headers or self._secret_params else ""
         )
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
+
+    @property
+    def batching(self) -> bool:
+        """Whether records go to the batch endpoint (``batch_url``) many at a time."""
+        return self.batch_url is not None
 
     def _key_template(self) -> Template | None:
         return self.key if self.batching else None
@@ -262,12 +268,12 @@ class HttpLookup(Lookup):
             body = json.dumps(_render_json(self.json_body, record, self._json_templates), sort_keys=True)
         return (url, params, headers, body)
 
-    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+    def request_keys(self, records: list[Any]) -> list[Any]:
         if self.batching and self.key is not None:
             return self.key.render_many(records)
         return [self.request_key(record) for record in records]
 
-    async def _fetch(self, key: Hashable) -> Any:
+    async def fetch(self, key: Hashable) -> Any:
         if isinstance(key, tuple):
             url, params, headers, body = key
         else:
@@ -277,7 +283,7 @@ class HttpLookup(Lookup):
         )
         return self._decode(status, answer_headers, payload, key)
 
-    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
+    async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
         assert self.batch_url is not None
         body = self.batch_body(keys) if self.batch_body else keys
         status, headers, payload = await self._request("POST", self.batch_url, keys, data=json.dumps(body))
@@ -347,7 +353,7 @@ class HttpLookup(Lookup):
         return self._redactor.redact(snippet(payload, self.error_body_chars))
 
     def _decode(self, status: int, headers: Mapping[str, str], payload: bytes, key: Any) -> Any:
-        url = self.service
+        url = self.service_name
         if status in self.miss_statuses:
             return None
         if 200 <= status < 300:

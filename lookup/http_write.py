@@ -70,7 +70,7 @@ class HttpWrite(Write):
         As :class:`HttpLookup`.
     """
 
-    service = "http"
+    service_name = "http"
 
     def __init__(
         self,

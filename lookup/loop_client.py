@@ -11,7 +11,8 @@ __all__ = ["LoopClient"]
 
 
 class LoopClient:
-    """Subclasses give :meth:`_make_client` and :meth:`_close_client`."""
+    """Subclasses give :meth:`_make_client` and :meth:`_close_client`. Put first among the
+    bases: its ``aclose`` and ``__getstate__`` run the others' and then drop the client."""
 
     _client: Any = None
     _client_loop: asyncio.AbstractEventLoop | None = None
@@ -41,3 +42,19 @@ class LoopClient:
         state["_client"] = None
         state["_client_loop"] = None
         return state
+
+    def _forget_clients(self) -> None:
+        """A copy of an object that had a client makes its own."""
+        self._client = None
+        self._client_loop = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict(parent()) if parent is not None else self.__dict__.copy()
+        return self._without_client(state)
+
+    async def aclose(self) -> None:
+        parent = getattr(super(), "aclose", None)
+        if parent is not None:
+            await parent()
+        await self._drop_client()

@@ -18,6 +18,7 @@ from .exceptions import (
 from .fast_json import loads, loads_many
 from .fields import Field
 from .limits import Limits
+from .loop_client import LoopClient
 from .redis_connect import RedisConnection
 from .redis_errors import converted_errors, response_error
 from .template import Template
@@ -28,7 +29,7 @@ COMMANDS = ("GET", "HGETALL", "HMGET")
 DECODES = ("json", "raw")
 
 
-class RedisLookup(Lookup):
+class RedisLookup(LoopClient, Lookup):
     """Look records up in Redis.
 
     ``key``: a template over the record's fields (``user:{user_id}``). ``command``: ``GET``
@@ -42,8 +43,7 @@ class RedisLookup(Lookup):
     on first use.
     """
 
-    service = "redis"
-    batching = True
+    service_name = "redis"
 
     def __init__(
         self,
@@ -114,10 +114,10 @@ class RedisLookup(Lookup):
         """What this lookup asks for ``record``, for its errors: the command and the Redis key."""
         return f"Redis {self.command} {self.key.render(record)!r}"
 
-    def _request_keys_fast(self, records: list[Any]) -> list[Any]:
+    def request_keys(self, records: list[Any]) -> list[Any]:
         return self.key.render_many(records)
 
-    async def _fetch(self, key: Hashable) -> Any:
+    async def fetch(self, key: Hashable) -> Any:
         client = self.client()
         with converted_errors(key):
             if self.command == "GET":
@@ -128,7 +128,7 @@ class RedisLookup(Lookup):
                 raw = await client.hmget(key, self.hash_fields)
         return self._decoded(key, raw)
 
-    async def _fetch_many(self, keys: list[Hashable]) -> list[Any]:
+    async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
         client = self.client()
         with converted_errors(keys[:5]):
             if self.command == "GET":
@@ -181,7 +181,7 @@ class RedisLookup(Lookup):
                 raise BadResponseError(
                     f"value is not JSON ({exc}); use decode='raw' for plain strings",
                     lookup_key=key,
-                    service=self.service,
+                    service=self.service_name,
                     body=text,
                     body_limit=self.error_body_chars,
                 ) from exc

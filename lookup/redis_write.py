@@ -116,7 +116,7 @@ class RedisWrite(Write):
         As :class:`RedisLookup`.
     """
 
-    service = "redis"
+    service_name = "redis"
     batching = True
 
     def __init__(

@@ -64,13 +64,14 @@ class WriteStats:
     errors: int = 0
 
 
-class Write(AsyncFunction[Any, dict[str, Any]], LoopClient):
+class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
     """Base of the write actions. Subclasses give :meth:`target` (the store's key for a record),
     :meth:`_apply` (one write: True applied, False stale), optionally :meth:`_apply_many`, and
     :meth:`_make_client` / :meth:`_close_client` (:class:`~lookup.loop_client.LoopClient`)."""
 
-    service = "store"
+    service_name = "store"
     batching = False
+    writes = True  # it changes a store: SQL gets it only with allow_writes=True
 
     def __init__(
         self, *, version: str | None, at_least_once: bool, fields: tuple[str, ...], result: str = "applied"
@@ -86,8 +87,6 @@ class Write(AsyncFunction[Any, dict[str, Any]], LoopClient):
         self.at_least_once = at_least_once
         self.stats = WriteStats()
         self._fields = fields
-        if self.batching:
-            self.invoke_batch = self._invoke_batch
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -118,8 +117,18 @@ class Write(AsyncFunction[Any, dict[str, Any]], LoopClient):
             return encode_version(record.get(self.version))
         except ValueError as exc:
             raise VersionError(
-                f"column {self.version!r}: {exc}", lookup_key=target, service=self.service
+                f"column {self.version!r}: {exc}", lookup_key=target, service=self.service_name
             ) from None
+
+    @property
+    def invoke_batch(self) -> Any:
+        """``invoke_batch(records)`` when the store takes many writes in one call, else None."""
+        return self._invoke_batch if self.batching else None
+
+    def counters(self) -> dict[str, int]:
+        """Calls made, writes applied and refused as stale, in this process so far."""
+        stats = self.stats
+        return {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
 
     def describe_call(self, record: Any) -> str:
         return f"{type(self).__name__} of {self.target(record)!r}"
@@ -170,19 +179,10 @@ class Write(AsyncFunction[Any, dict[str, Any]], LoopClient):
 
     # ------------------------------------------------------------------ client lifecycle
 
-    async def aclose(self) -> None:
-        await self._drop_client()
-
     async def close(self) -> None:
         await self.aclose()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self._without_client(self.__dict__.copy())
-        state.pop("invoke_batch", None)
         state["stats"] = WriteStats()
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if self.batching:
-            self.invoke_batch = self._invoke_batch

@@ -23,11 +23,11 @@ import pyarrow as pa
 from keyed_async_wait.runtime.push import PushDriver
 from keyed_async_wait.spark.compat import arrow_type
 from keyed_async_wait.spark.output import RowSource
-from keyed_async_wait.spark.plan import Plan
-from keyed_async_wait.spark.task import OUTPUT_ROWS
+from keyed_async_wait.spark.runner import OUTPUT_ROWS
 
 from .analysis import LookupAnalysis
 from .calls import DrivenCall, start_call
+from .runtime import task_time_zone
 from .sources import LookupSource
 
 __all__ = ["ArrowTableCall"]
@@ -44,21 +44,10 @@ class ArrowTableCall(DrivenCall):
         self.held: list[Any] = []  # finished, gathered into a bigger batch (see Task.outputs)
 
     def _start(self) -> PushDriver:
-        analysis, source = self.analysis, self.source
-        started = start_call(source, self.shape, self.decisions, analysis.error_column, self.time_zone)
-        out = arrow_type(analysis.schema, started.zone)  # nullability as analyzed: Spark checks it
-        plan = Plan(
-            token=source.token,
-            function=source.function,
-            settings=started.settings,
-            join=analysis.join,
-            input_columns=list(analysis.columns),
-            result_columns=list(source.result_columns),
-            out_schema=pa.schema(list(out)),
-            error_column=analysis.error_column,
-            session_tz=started.zone,
-        )
-        self.rows = RowSource(plan)
+        zone = task_time_zone(self.time_zone)
+        out = arrow_type(self.analysis.schema, zone)  # nullability as analyzed: Spark checks it
+        started = start_call(self.source, self.analysis, self.decisions, zone, pa.schema(list(out)))
+        self.rows = RowSource(started.plan)
         self.driver = started.driver
         return self.driver
 

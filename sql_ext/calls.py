@@ -14,17 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.elements import OutputMode
-from keyed_async_wait.core.settings import OperatorSettings
-from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.runtime.push import PushDriver
 from keyed_async_wait.spark.compat import arrow_type
+from keyed_async_wait.spark.plan import Plan
+from keyed_async_wait.spark.runner import pushed
 from keyed_async_wait.spark.values import column_converter
-from keyed_async_wait.spark.worker import worker_loop
 
 from .analysis import LookupAnalysis
-from .modes import InputShape, decide
+from .modes import decide
 from .rows import OutputRows
-from .runtime import source_adapter, task_conf, task_time_zone
+from .runtime import task_plan, task_time_zone, task_view
 from .sources import LookupSource
 from .values import row_reader
 
@@ -38,35 +37,50 @@ _PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still p
 
 @dataclass
 class StartedCall:
-    """A task's operator, driven by the caller's thread, with what its rows need."""
+    """A task's operator, driven by the caller's thread, with its plan."""
 
     driver: PushDriver
-    zone: str  # the task's session time zone
-    settings: OperatorSettings
+    plan: Plan
+
+    @property
+    def zone(self) -> str:  # the task's session time zone
+        assert self.plan.session_tz is not None
+        return self.plan.session_tz
 
 
 def start_call(
-    source: LookupSource, shape: InputShape, decisions: Any, error_column: str | None, time_zone: str
+    source: LookupSource,
+    analysis: LookupAnalysis,
+    decisions: Any,
+    time_zone: str,
+    out_schema: Any = None,
 ) -> StartedCall:
-    """The mode of this task (from its settings, logged and counted) and its operator."""
-    conf = task_conf()  # a bad setting fails here, before any lookup
+    """The mode of this task (from its settings, logged and counted), its plan and operator."""
+    view = task_view(source)  # a bad setting fails here, before any lookup
     zone = task_time_zone(time_zone)
-    decision = decide(conf, shape)
+    assert analysis.shape is not None
+    decision = decide(view.operator, analysis.shape)
     log.info("async_lookup(%s): %s", source.name, decision.describe())
     if decisions is not None:
         decisions.add({f"{source.name}: {decision.describe()}": 1})
-    key: Any = None
-    if decision.key:
-        key = decision.key[0] if len(decision.key) == 1 else list(decision.key)
+    key = decision.key or None
     # Spark hands a task's rows over group by group: many updates of few keys at a time. Let
     # them wait behind their keys beyond the capacity, so the other keys still run.
-    blocked = _BLOCKED_PER_CAPACITY * conf.buffer_capacity if decision.mode is OutputMode.KEY_ORDERED else 0
-    on_error = "emit" if error_column else "fail"  # with an error column, failures are rows
-    settings = conf.operator_settings(
-        decision.mode, key=key, output="pairs", blocked_capacity=blocked, on_error=on_error
+    keyed = decision.mode is OutputMode.KEY_ORDERED
+    blocked = _BLOCKED_PER_CAPACITY * view.operator.buffer_capacity if keyed else 0
+    plan, adapter = task_plan(
+        source,
+        view,
+        decision.mode,
+        key=key,
+        blocked_capacity=blocked,
+        session_tz=zone,
+        out_schema=out_schema,
+        input_columns=analysis.columns,
+        join=analysis.join,
+        error_column=analysis.error_column,  # with an error column, failures are rows
     )
-    op = KeyedAsyncWaitOperator.from_settings(source_adapter(source, conf), settings)
-    return StartedCall(PushDriver(op, worker_loop().loop), zone, settings)
+    return StartedCall(pushed(plan, adapter), plan)
 
 
 class DrivenCall:
@@ -77,8 +91,6 @@ class DrivenCall:
         self, sources: Mapping[str, LookupSource], analysis: LookupAnalysis, decisions: Any, time_zone: str
     ) -> None:
         self.source = analysis.declared or sources[analysis.source]
-        assert analysis.shape is not None
-        self.shape = analysis.shape
         self.analysis = analysis
         self.decisions = decisions
         self.time_zone = time_zone
@@ -120,7 +132,7 @@ class TableCall(DrivenCall):
         self.push_size = _PUSH_SIZE
 
     def _start(self) -> PushDriver:
-        started = start_call(self.source, self.shape, self.decisions, self.error_column, self.time_zone)
+        started = start_call(self.source, self.analysis, self.decisions, self.time_zone)
         self.read = row_reader(self.input_schema, started.zone)
         convert = {
             f.name: column_converter(arrow_type(f.dataType, started.zone), started.zone, arrow=False)
@@ -135,7 +147,7 @@ class TableCall(DrivenCall):
             left=self.left,
             error_column=self.error_column,
         )
-        self.push_size = max(1, min(_PUSH_SIZE, started.settings.capacity))
+        self.push_size = max(1, min(_PUSH_SIZE, started.plan.spec.capacity))
         self.driver = started.driver
         return self.driver
 

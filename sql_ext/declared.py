@@ -29,7 +29,7 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .allowlist import DeclaredSources
-from .sources import LookupSource
+from .sources import LookupSource, make_source
 
 __all__ = ["DECLARED_KINDS", "DECLARED_OPTIONS", "declared_source"]
 
@@ -113,8 +113,5 @@ def declared_source(kind: str, options: Mapping[str, Any], allowed: DeclaredSour
         raise ConfigError(f"'{kind}' source", dict(given), str(exc)) from exc
     spec = repr(sorted((k, str(v)) for k, v in given.items()))
     token = "sql:" + hashlib.blake2b(f"{kind}{spec}".encode(), digest_size=12).hexdigest()
-    inputs = tuple(lookup.input_fields())
     ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
-    return LookupSource(
-        kind, lookup, inputs, ddl, tuple(schema.fieldNames()), schema, token, null_keys=inputs
-    )
+    return make_source(kind, lookup, output_schema=ddl, token=token, parsed=schema)

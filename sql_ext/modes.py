@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from keyed_async_wait.core.config import PREFIX, AsyncLookupConfig
+from keyed_async_wait.core.config import PREFIX
 from keyed_async_wait.core.elements import OutputMode
+from keyed_async_wait.core.spec import SessionSettings
 
 from .exceptions import TableArgumentError
 
@@ -92,7 +93,7 @@ def describe_input(
     return InputShape(False, (), False, None, "insert-only (no upsert key declared, no change-type column)")
 
 
-def decide(conf: AsyncLookupConfig, shape: InputShape) -> Decision:
+def decide(conf: SessionSettings, shape: InputShape) -> Decision:
     """The mode FLIP-519's truth table gives for these settings and this input."""
     mode_key, enabled_key = PREFIX + "output-mode", PREFIX + "key-ordered-enabled"
     settings = f"{mode_key}={conf.output_mode}, {enabled_key}={str(conf.key_ordered_enabled).lower()}"

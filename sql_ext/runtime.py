@@ -1,5 +1,5 @@
-"""What runs in the Spark Python workers for the SQL functions: settings from the task,
-the process's instance of a source, and the null-key rule.
+"""What runs in the Spark Python workers for the SQL functions: the task's settings, its plan
+(through the one plan builder) and the process's instance of a source, with the null-key rule.
 
 Imports no pyspark at module level; ``TaskContext`` is read when a task starts.
 """
@@ -9,26 +9,32 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from keyed_async_wait.core.config import AsyncLookupConfig
-from keyed_async_wait.runtime.function import FunctionAdapter
-from keyed_async_wait.spark.worker import shared, worker_loop
+from keyed_async_wait.core.config import PREFIX
+from keyed_async_wait.core.elements import OutputMode
+from keyed_async_wait.core.spec import WaitSpec
+from keyed_async_wait.runtime.backend import FunctionAdapter, adapt_function
+from keyed_async_wait.spark.plan import Plan, plan_of
+from keyed_async_wait.spark.runner import process_instance
+from keyed_async_wait.spark.session import SessionView
 
 from .sources import LookupSource
 
-__all__ = ["source_adapter", "task_conf", "task_time_zone"]
+__all__ = ["task_plan", "task_time_zone", "task_view"]
 
 
-def task_conf() -> AsyncLookupConfig:
+def task_view(source: LookupSource) -> SessionView:
     """The ``spark.sql.exec.async-lookup.*`` settings of the session that runs the task, read
-    through the task's local properties (workers have no SparkSession). Raises ConfigError."""
+    through the task's local properties (workers have no SparkSession), checked against the
+    settings known when the functions were installed. Raises ConfigError."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None:
-        return AsyncLookupConfig()
+        return SessionView()
     # every key the session set reaches the task: a misspelt one is an error, not ignored
     present = getattr(context, "_localProperties", None) or {}
-    return AsyncLookupConfig.from_conf(context.getLocalProperty, present=present.keys())
+    raw = {key: context.getLocalProperty(key) for key in present if str(key).startswith(PREFIX)}
+    return SessionView.of(raw, known=source.known)
 
 
 def task_time_zone(default: str) -> str:
@@ -41,12 +47,36 @@ def task_time_zone(default: str) -> str:
     return zone or default
 
 
-def source_adapter(source: LookupSource, conf: AsyncLookupConfig) -> FunctionAdapter:
-    """The process's instance of ``source`` for a task; for a lookup, a NULL in a key field is a
-    miss without a lookup (SQL's rule for a join key)."""
-    token, function = source.instance_for(conf)
-    adapter = shared(worker_loop().function(token, function))
-    return _null_is_miss(adapter, source.null_keys) if source.null_keys else adapter
+def task_plan(
+    source: LookupSource,
+    view: SessionView,
+    mode: OutputMode,
+    *,
+    session_tz: str,
+    out_schema: Any = None,
+    input_columns: tuple[str, ...] | None = None,
+    **options: Any,
+) -> tuple[Plan, FunctionAdapter]:
+    """The plan of this task's call of ``source`` under ``view``'s settings, and the process's
+    instance of the source as the settings configure it (a lookup without a cache or limits of
+    its own gets those the settings describe). ``options``: the spec's (``key``,
+    ``blocked_capacity``) and the plan's (``join``, ``error_column``)."""
+    configured = adapt_function(source.function).configured
+    identity, backend = configured(view.raw) if configured is not None else ("", source.function)
+    token = f"{source.token}:{identity}" if identity else source.token
+    spec_options = {name: options.pop(name) for name in ("key", "blocked_capacity") if name in options}
+    plan = plan_of(
+        WaitSpec.resolve(view.operator, mode, **spec_options),
+        backend,
+        token=token,
+        input_columns=input_columns if input_columns is not None else source.inputs,
+        result_columns=source.result_columns,
+        out_schema=out_schema,
+        session_tz=session_tz,
+        **options,
+    )
+    adapter = process_instance(token, backend)
+    return plan, (_null_is_miss(adapter, source.null_keys) if source.null_keys else adapter)
 
 
 async def _miss() -> list[Any]:
@@ -54,6 +84,7 @@ async def _miss() -> list[Any]:
 
 
 def _null_is_miss(adapter: FunctionAdapter, inputs: tuple[str, ...]) -> FunctionAdapter:
+    """For a lookup, a NULL in a key field is a miss without a call (SQL's rule for a join key)."""
     call, call_batch = adapter.call, adapter.call_batch
 
     def has_null(record: dict[str, Any]) -> bool:

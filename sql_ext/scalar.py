@@ -14,23 +14,20 @@ the record and, for a misfit, the column.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterator
 from typing import Any
 
 from keyed_async_wait.core.elements import FailedRecord, OutputMode
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.runtime.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.compat import arrow_scalar_udf
 from keyed_async_wait.spark.options import ERROR_STRUCT
 from keyed_async_wait.spark.output import ResultSchemaError
-from keyed_async_wait.spark.task import OUTPUT_ROWS
+from keyed_async_wait.spark.runner import outputs
 from keyed_async_wait.spark.values import ValueMismatch, column_converter, python_rows
-from keyed_async_wait.spark.worker import drive, gathered, worker_loop
 
-from .runtime import source_adapter, task_conf, task_time_zone
+from .runtime import task_plan, task_time_zone, task_view
 from .sources import LookupSource
 
 __all__ = ["scalar_function"]
@@ -76,19 +73,16 @@ def _lookup_batches(
 ) -> Iterator[Any]:
     import pyarrow as pa
 
-    conf = task_conf()  # a bad setting fails here, before any lookup
+    view = task_view(source)  # a bad setting fails here, before any lookup
     zone = task_time_zone(time_zone)
     arrow_type = compat.arrow_type(return_type(source, error_field), zone)
     convert = column_converter(arrow_type, zone)
-    loop = worker_loop().loop
-    on_error = "emit" if error_field else "fail"  # with an error field, a failure is a value
-    settings = conf.operator_settings(OutputMode.ORDERED, output="pairs", on_error=on_error)
-    op = KeyedAsyncWaitOperator.from_settings(source_adapter(source, conf), settings)
+    # with an error field, a failure is a value (the plan's error column, by that name)
+    plan, adapter = task_plan(source, view, OutputMode.ORDERED, session_tz=zone, error_column=error_field)
     log.info("%s(): ORDERED (the scalar form returns results in input order)", source.name)
     values = _Values(source, error_field)
-    with contextlib.closing(drive(loop, op.process_batches(_records(source, batches)))) as produced:
-        for chunk in gathered(produced, OUTPUT_ROWS):
-            yield pa.array(values.converted(chunk, convert), type=arrow_type)
+    for chunk in outputs(plan, adapter, _records(source, batches)):
+        yield pa.array(values.converted(chunk, convert), type=arrow_type)
 
 
 class _Values:

@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keyed_async_wait.core.exceptions import SparkVersionError
+from keyed_async_wait.runtime.backend import adapt_function
 from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.metrics import is_connect
-from keyed_async_wait.spark.options import session_config, session_time_zone
+from keyed_async_wait.spark.session import session_time_zone, session_view
 
 from .allowlist import DeclaredSources
 from .buckets import bucketing
@@ -83,9 +84,7 @@ class AsyncLookupSQL:
         NULL, the error struct there, the query goes on); without it such a row fails the query.
         The table function has its own ``error_column => ...`` argument.
         """
-        from lookup import Write
-
-        if isinstance(function, Write) and not self.allow_writes:
+        if adapt_function(function).writes and not self.allow_writes:
             raise ConfigError(
                 f"{name}: function",
                 function,
@@ -145,7 +144,7 @@ class AsyncLookupSQL:
         """The mode a call over ``table`` (a DataFrame or a table name) would run under the
         session's current settings."""
         df = self.spark.table(table) if isinstance(table, str) else table
-        conf = session_config(self.spark)
+        conf = session_view(self.spark).operator
         return decide(conf, describe_input(df.columns, upsert_key=upsert_key, change_column=change_column))
 
 
@@ -198,7 +197,7 @@ def install(
         raise ConfigError(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
         )
-    session_config(spark)  # a bad or unknown setting fails now
+    session_view(spark)  # a bad or unknown setting fails now
     if arrow not in (None, True, False):
         raise ConfigError("arrow", arrow, "None (Arrow where pyspark can), True or False")
     if arrow:

@@ -6,18 +6,17 @@ token names it there), so its clients are made lazily in the worker's event loop
 
 from __future__ import annotations
 
-import copy
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from keyed_async_wait.core.config import AsyncLookupConfig
+from keyed_async_wait.core.config import SettingsGroup
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.runtime.function import declared_inputs, declared_output_schema
+from keyed_async_wait.runtime.backend import adapt_function
 from keyed_async_wait.spark.compat import parse_schema
-from lookup import Lookup
+from keyed_async_wait.spark.session import other_groups
 
 __all__ = ["LookupSource", "make_source"]
 
@@ -38,48 +37,8 @@ class LookupSource:
     # a lookup's key fields: a NULL in one is a miss without a call (SQL's rule for a join key);
     # any other function sees its NULL arguments as None
     null_keys: tuple[str, ...] = ()
-
-    def instance_for(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
-        """``(token, function)`` for a task with these settings: a lookup without a cache or
-        limits of its own gets those the settings describe (one per process and setting)."""
-        token, function = self._limited(conf)
-        # a lookup only (any other function has no cache to fill), and one without its own
-        if conf.cache != "PARTIAL" or not isinstance(function, Lookup) or function.cache is not None:
-            return token, function
-        from lookup.cache import PartialCache
-
-        settings = (
-            conf.cache_max_rows or 10_000,
-            conf.cache_expire_after_write,
-            conf.cache_expire_after_access,
-            conf.cache_missing_key,
-        )
-        function = copy.copy(function)
-        function.cache = PartialCache(
-            settings[0],
-            expire_after_write=settings[1],
-            expire_after_access=settings[2],
-            cache_missing_key=settings[3],
-        )
-        return f"{token}:{settings}", function
-
-    def _limited(self, conf: AsyncLookupConfig) -> tuple[str, Any]:
-        """The function with the limits the settings describe, if it is a lookup without its own."""
-        wanted = conf.rate_limit is not None or conf.adaptive_concurrency or conf.breaker_failures is not None
-        if not wanted or not isinstance(self.function, Lookup) or self.function.limits is not None:
-            return self.token, self.function
-        from lookup.limits import Limits
-
-        limits = Limits(
-            rate=conf.rate_limit,
-            adaptive=conf.adaptive_concurrency,
-            max_concurrency=conf.buffer_capacity,
-            breaker_failures=conf.breaker_failures,
-            breaker_cool_off=conf.breaker_cool_off,
-        )
-        function = copy.copy(self.function)
-        function.limits = limits
-        return f"{self.token}:{limits}", function
+    # the settings groups known where the functions were installed (the tasks check against them)
+    known: tuple[SettingsGroup, ...] = ()
 
 
 def make_source(
@@ -88,28 +47,40 @@ def make_source(
     *,
     inputs: Sequence[str] | None = None,
     output_schema: str | None = None,
+    token: str | None = None,
+    parsed: Any = None,
 ) -> LookupSource:
-    """Check a source before anything is registered; errors name the parameter."""
+    """Check a source before anything is registered; errors name the parameter. ``parsed``:
+    the StructType of ``output_schema`` when it is made already (where there is no session to
+    parse DDL: a source declared in SQL, made while Spark analyzes the query)."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError("name", name, "a SQL identifier (letters, digits, _; not starting with a digit)")
+    backend = adapt_function(function)
     if inputs is None:
-        inputs = declared_inputs(function)
+        inputs = backend.input_fields
         if not inputs:
             raise ConfigError(
                 f"{name}: inputs", None, "the record fields the lookup reads, e.g. inputs=['user_id']"
             )
     inputs = tuple(inputs)
     if output_schema is None:
-        output_schema = declared_output_schema(function)
+        output_schema = backend.output_schema
         if output_schema is None:
             raise ConfigError(
                 f"{name}: output_schema", None, "a DDL string of the result columns, e.g. 'name string'"
             )
     try:
-        parsed = parse_schema(output_schema)
+        parsed = parsed if parsed is not None else parse_schema(output_schema)
     except Exception as exc:
         raise ConfigError(f"{name}: output_schema", output_schema, f"a valid DDL string ({exc})") from exc
-    null_keys = inputs if isinstance(function, Lookup) else ()
     return LookupSource(
-        name, function, inputs, output_schema, tuple(parsed.fieldNames()), parsed, null_keys=null_keys
+        name,
+        function,
+        inputs,
+        output_schema,
+        tuple(parsed.fieldNames()),
+        parsed,
+        token=token or uuid.uuid4().hex,
+        null_keys=inputs if backend.null_key_is_miss else (),
+        known=other_groups(),
     )

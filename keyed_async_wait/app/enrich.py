@@ -69,17 +69,12 @@ class OrderEnricher(AsyncFunction[dict, dict]):
         await self.customers.aclose()
         await self.prices.aclose()
 
-    @property
-    def stats(self) -> Any:
-        """Lookups made and cache hits of both lookups (read by the Spark layer per task)."""
-        from lookup import LookupStats
-
-        a, b = self.customers.stats, self.prices.stats
-        return LookupStats(
-            requests=a.requests + b.requests,
-            cache_hits=a.cache_hits + b.cache_hits,
-            deduplicated=a.deduplicated + b.deduplicated,
-        )
+    def counters(self) -> dict[str, int]:
+        """Both lookups' counts, summed (the backend protocol: the Spark layer reads them per task)."""
+        total = self.customers.counters()
+        for name, value in self.prices.counters().items():
+            total[name] = total.get(name, 0) + value
+        return total
 
 
 # ---------------------------------------------------------------------- embedded defaults

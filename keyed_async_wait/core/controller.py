@@ -30,7 +30,10 @@ class Controller:
     * KEY_ORDERED: at most one entry per key is past BLOCKED and not yet DONE, and per key entries
       start in arrival order (see :class:`KeyAccounting`);
     * ORDERED: ``out`` order is arrival order; UNORDERED / KEY_ORDERED: never across a watermark
-      (see :class:`EpochManager`).
+      (see :class:`EpochManager`);
+    * ``plain_output`` stays True while every entry that leaves is a finished record with a
+      result list: no watermark came in, no record failed or was parked (the batch consumer's
+      fast path).
     """
 
     __slots__ = (
@@ -42,6 +45,7 @@ class Controller:
         "mode",
         "out",
         "parked",
+        "plain_output",
         "records_inside",
     )
 
@@ -57,14 +61,17 @@ class Controller:
         self._seq = 0
         self.records_inside = 0
         self.parked = ParkedKeys(spill)
+        self.plain_output = True
 
     def admit_parked(self, item: ParkedItem, now: float) -> Entry | None:
         """Take in a record replayed from parked state: it stays parked while its key is, or
         while it is not due (``now``: wall-clock seconds); else as :meth:`admit_restored`."""
         if self.parked.take_if_parked(item.key, item.record, item.info):
+            self.plain_output = False
             return None
         if not item.info.due(now):
             self.parked.park([item])
+            self.plain_output = False
             return None
         entry = Entry(self._seq, item.record, item.key)
         entry.meta = item.info
@@ -81,6 +88,7 @@ class Controller:
             + [ParkedItem(e.record, e.key, e.meta or FRESH) for e in behind]
         )
         entries = [entry, *behind]
+        self.plain_output = False
         for e in entries:
             e.state = State.DONE
             e.failure = PARKED
@@ -131,6 +139,8 @@ class Controller:
         if self.parked:  # records of parked keys join their queues instead
             take = self.parked.take_if_parked
             kept = [(r, k) for r, k in zip(records, keys, strict=True) if not take(k, r)]
+            if len(kept) != len(records):
+                self.plain_output = False
             records, keys = [r for r, _ in kept], [k for _, k in kept]
             if not records:
                 return []
@@ -149,6 +159,7 @@ class Controller:
         return ready
 
     def admit_watermark(self, watermark: Watermark) -> None:
+        self.plain_output = False
         entry = Entry.for_watermark(self._seq, watermark)
         self._seq += 1
         self._live[entry.seq] = entry
@@ -170,6 +181,8 @@ class Controller:
     def finish(self, entry: Entry) -> Entry | None:
         """``entry`` has its results or failure: the next entry of its key, now READY, or None."""
         entry.state = State.DONE
+        if entry.failure is not None:
+            self.plain_output = False
         self._output.complete(entry)
         keys = self._keys
         if keys is None or entry.released:

@@ -35,46 +35,39 @@ class Batch:
         self.task: asyncio.Future[Any] | None = None
 
 
-def _unwired() -> None:  # pragma: no cover - the runtime wires every callback
-    raise RuntimeError("drain not wired")
-
-
 class Batcher:
-    """The active buffer and the batches in flight (see the module doc)."""
+    """The active buffer and the batches in flight (see the module doc). ``drain`` is the
+    dispatcher's: it runs what a settled batch made ready."""
 
-    __slots__ = ("buffer", "buffer_timeout", "drain", "enabled", "flush_handle", "outcomes", "run", "timers")
+    __slots__ = (
+        "batches",
+        "buffer",
+        "buffer_timeout",
+        "drain",
+        "enabled",
+        "flush_handle",
+        "outcomes",
+        "run",
+        "timers",
+    )
 
-    def __init__(self, run: Run, outcomes: Outcomes, timers: Timers) -> None:
-        settings = run.settings
+    def __init__(self, run: Run, outcomes: Outcomes, timers: Timers, *, drain: Callable[[], None]) -> None:
+        spec = run.spec
         self.run = run
         self.outcomes = outcomes
         self.timers = timers
-        self.enabled = settings.batch_size is not None and run.fn.call_batch is not None
-        self.buffer = ActiveBuffer(settings.batch_size or 1)
-        self.buffer_timeout = settings.buffer_timeout
+        self.drain = drain
+        self.enabled = spec.batch_size is not None and run.fn.call_batch is not None
+        self.buffer = ActiveBuffer(spec.batch_size or 1)
+        self.buffer_timeout = spec.buffer_timeout
         self.flush_handle: asyncio.Handle | None = None
-        self.drain: Callable[[], None] = _unwired  # run what became ready
+        self.batches: dict[asyncio.Future[Any], Batch] = {}  # task -> the batch it runs
 
-    def take_ready(self) -> None:
-        """Move the ready entries into the buffer; send the full batches."""
-        run = self.run
-        ready = run.ready
-        if run.presets:
-            fresh = []
-            while ready:
-                entry = ready.popleft()
-                if entry.attempts == 0 and entry.preset is not None:
-                    run.presets -= 1
-                    entry.started = run.loop.time()
-                    self.outcomes.succeed(entry, entry.preset)
-                else:
-                    fresh.append(entry)
-        else:
-            fresh = list(ready)
-            ready.clear()
+    def take(self, fresh: list[Entry]) -> None:
+        """Put ready entries into the buffer; send the full batches."""
         for batch in self.buffer.extend(fresh):
             self._send(batch)
-        idle = self.buffer_timeout is not None or not run.batches
+        idle = self.buffer_timeout is not None or not self.batches
         if len(self.buffer) and self.flush_handle is None and idle:
             self._schedule_flush()
 
@@ -94,18 +87,14 @@ class Batcher:
         run = self.run
         if not self.enabled or not len(self.buffer) or run.closing or run.holding:
             return
-        run.draining = True
-        try:
-            self._send(self.buffer.take())
-        finally:
-            run.draining = False
+        self._send(self.buffer.take())
         self.drain()
 
     def flush_when_idle(self) -> None:
         """Without a buffer timeout (backlog): a part-filled buffer leaves once no batch is in
         flight that could still fill it, so nothing waits on a timer and nothing waits forever."""
         waiting = len(self.buffer) and self.flush_handle is None
-        if waiting and self.buffer_timeout is None and not self.run.batches:
+        if waiting and self.buffer_timeout is None and not self.batches:
             self._schedule_flush()
 
     def _send(self, entries: list[Entry]) -> None:
@@ -139,26 +128,21 @@ class Batcher:
             Settling(awaitable, first, partial(self._settle, batch), partial(_ours, run, batch))
         )
         batch.task = task
-        run.batches[task] = batch
+        self.batches[task] = batch
         self.timers.arm_many(entries, now)
 
     def _settle(self, batch: Batch, values: Any, failure: BaseException | None) -> None:
-        run = self.run
         if batch.task is not None:
-            run.batches.pop(batch.task, None)
+            self.batches.pop(batch.task, None)
             # the task holds this batch (its callback): left set, every batch and its entries
             # would wait in a reference cycle for the collector instead of being freed
             batch.task = None
-        if run.closing:
+        if self.run.closing:
             return
-        run.draining = True
-        try:
-            if failure is None:
-                self._values(batch, values)
-            else:
-                self._error(batch, failure)
-        finally:
-            run.draining = False
+        if failure is None:
+            self._values(batch, values)
+        else:
+            self._error(batch, failure)
         self.drain()
         self.flush_when_idle()
 
@@ -191,9 +175,7 @@ class Batcher:
                 outcomes.value(entry, value)
         if done:
             self.timers.disarm_many(done)
-            nxt = outcomes.succeed_many(done)
-            if nxt:
-                self.run.ready.extend(nxt)
+            outcomes.succeed_many(done)
 
     def _error(self, batch: Batch, exc: BaseException) -> None:
         for entry in batch.entries:
@@ -205,7 +187,7 @@ class Batcher:
         """``entry`` timed out while ``batch`` ran: the batch ends when no entry waits on it."""
         batch.live -= 1
         if batch.live == 0 and batch.task is not None:
-            self.run.batches.pop(batch.task, None)
+            self.batches.pop(batch.task, None)
             batch.task.cancel()
 
     def hold(self) -> None:
@@ -214,8 +196,10 @@ class Batcher:
             self.flush_handle = None
 
     def close(self) -> None:
+        """Stop the flush timer and forget the batches (the caller cancels their tasks)."""
         if self.flush_handle is not None:
             self.flush_handle.cancel()
+        self.batches.clear()
 
 
 def _ours(run: Run, batch: Batch) -> bool:

@@ -35,7 +35,8 @@ from typing import Any
 
 from ..core.chain import PROGRESS_FIELD, ChainProgress, check_step_names, ddl_names
 from ..core.exceptions import ConfigError, KeyedAsyncWaitError, ResultTypeError
-from .function import AsyncFunction, FunctionAdapter, adapt_function, declared_inputs, declared_output_schema
+from .backend import FunctionAdapter, adapt_function, declared_inputs, declared_output_schema
+from .function import AsyncFunction
 
 __all__ = ["Chain", "Step", "StepError", "StepStats"]
 
@@ -229,6 +230,23 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
                     needed.append(name)
             produced.update(self.fields[step.name])
         return tuple(needed)
+
+    def counters(self) -> dict[str, int]:
+        """The steps' counts (their backends' ``counters()``), summed, in this process so far."""
+        total: dict[str, int] = {}
+        for step in self.steps:
+            for name, value in adapt_function(step.function).counters().items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    def gauges(self) -> dict[str, str]:
+        """Per step, what it did in this process so far: calls, failures, retries, misses,
+        records resumed past it, mean latency."""
+        return {
+            f"step[{name}]": f"calls:{s.calls},failures:{s.failures},retries:{s.retries},misses:{s.misses},"
+            f"resumed:{s.resumed},mean:{s.mean_latency * 1000:.1f}ms"
+            for name, s in self.stats.items()
+        }
 
     # ------------------------------------------------------------------ running
 

@@ -1,10 +1,15 @@
 """Invocation and settling: ready records start, and each attempt settles inside its own task.
 
+The :class:`Dispatcher` owns the work side of a run, wired when it is made: the ready queue,
+the :class:`~.timers.Timers` (a fired timeout comes back to :meth:`Dispatcher.expire`, a retry
+whose delay passed to :meth:`Dispatcher.dispatch`), the :class:`~.outcomes.Outcomes` (which put
+the next record of a key into the ready queue) and the :class:`~.batches.Batcher`.
+
 Each attempt runs in a task of its own and settles inside that task's step
 (:class:`~keyed_async_wait.runtime.eager.Settling`): no done callback, and a record that
 became ready meanwhile (the next of its key) runs on in the same task. An eager function is
 first run up to its first suspension and gets no task if it finishes there. Work that becomes
-possible inside a callback is queued and run by one loop (:meth:`Dispatcher.drain`), never by
+possible while settling is queued and run by one loop (:meth:`Dispatcher.drain`), never by
 recursion, so a long run of synchronously finishing records of one key cannot overflow the
 stack.
 """
@@ -12,6 +17,7 @@ stack.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from functools import partial
 from typing import Any
 
@@ -28,38 +34,66 @@ __all__ = ["Dispatcher"]
 class Dispatcher:
     """Starts ready entries and settles their attempts (see the module doc)."""
 
-    __slots__ = ("_adopted", "_adopter", "batcher", "outcomes", "run", "timers")
+    __slots__ = (
+        "_adopted",
+        "_adopter",
+        "batcher",
+        "draining",
+        "outcomes",
+        "presets",
+        "ready",
+        "run",
+        "running",
+        "timers",
+    )
 
-    def __init__(self, run: Run, outcomes: Outcomes, timers: Timers, batcher: Batcher) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
-        self.outcomes = outcomes
-        self.timers = timers
-        self.batcher = batcher
+        self.ready: deque[Entry] = deque()  # entries that may start, in order
+        self.draining = False  # a drain or a settlement is under way: new entries only queue
+        self.running: dict[asyncio.Future[Any], Entry] = {}
+        self.presets = 0  # restored entries whose results are known, not yet handed on
+        self.timers = Timers(run, expired=self.expire, retry_now=self.dispatch)
+        self.outcomes = Outcomes(run, self.timers, self.ready)
+        self.batcher = Batcher(run, self.outcomes, self.timers, drain=self.drain)
         # the task settling a record right now, and what it was handed to run next
         self._adopter: asyncio.Future[Any] | None = None
         self._adopted: list[Any] = []
 
     def dispatch(self, entry: Entry) -> None:
-        """``entry`` may start: run it now, or after the running callback when one is active."""
-        self.run.ready.append(entry)
-        if not self.run.draining:
+        """``entry`` may start: run it now, or after the running settlement when one is active."""
+        self.ready.append(entry)
+        if not self.draining:
             self.drain()
 
     def dispatch_many(self, entries: list[Entry]) -> None:
-        self.run.ready.extend(entries)
-        if not self.run.draining:
+        self.ready.extend(entries)
+        if not self.draining:
             self.drain()
+
+    def restored(self, entry: Entry | None, preset: bool) -> None:
+        """A record restored from a snapshot was admitted (``entry``: it may start now; None:
+        it waits behind its key); ``preset``: its results are known, it needs no invocation."""
+        if preset:
+            self.presets += 1
+        if entry is not None:
+            self.dispatch(entry)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an attempt or a batch still runs."""
+        return bool(self.running or self.batcher.batches)
 
     def drain(self) -> None:
         run = self.run
         if run.holding:
             return  # held entries stay in the ready queue for the leftover
-        run.draining = True
+        self.draining = True
         try:
-            ready, now, batcher = run.ready, -1.0, self.batcher
+            ready, now, batcher = self.ready, -1.0, self.batcher
             while ready:
                 if batcher.enabled and not run.closing:
-                    batcher.take_ready()
+                    batcher.take(self._fresh())
                     continue
                 entry = ready.popleft()
                 if run.closing:
@@ -69,12 +103,30 @@ class Dispatcher:
                         now = run.loop.time()
                     entry.started = now
                     if entry.preset is not None:
-                        run.presets -= 1
+                        self.presets -= 1
                         self.outcomes.succeed(entry, entry.preset)
                         continue
                 self._attempt(entry)
         finally:
-            run.draining = False
+            self.draining = False
+
+    def _fresh(self) -> list[Entry]:
+        """Every ready entry, those restored with their results settled on the way."""
+        ready = self.ready
+        if not self.presets:
+            fresh = list(ready)
+            ready.clear()
+            return fresh
+        fresh = []
+        while ready:
+            entry = ready.popleft()
+            if entry.attempts == 0 and entry.preset is not None:
+                self.presets -= 1
+                entry.started = self.run.loop.time()
+                self.outcomes.succeed(entry, entry.preset)
+            else:
+                fresh.append(entry)
+        return fresh
 
     def _attempt(self, entry: Entry) -> None:
         run, fn = self.run, self.run.fn
@@ -101,7 +153,7 @@ class Dispatcher:
             else:
                 task = run.loop.create_task(Settling(*step))
         entry.handle = task
-        run.running[task] = entry
+        self.running[task] = entry
         if entry.timer is None and self.timers.deadlines is not None:
             self.timers.arm(entry)
 
@@ -111,7 +163,7 @@ class Dispatcher:
         task = entry.handle
         if self.run.closing or task is None:
             return None  # timed out while finishing
-        self.run.running.pop(task, None)
+        self.running.pop(task, None)
         entry.handle = None
         self._adopter, self._adopted = task, []
         try:
@@ -121,7 +173,7 @@ class Dispatcher:
         return adopted[0] if adopted else None
 
     def _future_done(self, future: asyncio.Future[Any]) -> None:
-        entry = self.run.running.pop(future, None)
+        entry = self.running.pop(future, None)
         if entry is None or self.run.closing:
             if not future.cancelled():
                 future.exception()  # retrieved: it was cancelled too late to matter
@@ -133,37 +185,50 @@ class Dispatcher:
             self.settle(entry, future.result() if future.exception() is None else None, future.exception())
 
     def settle(self, entry: Entry, value: Any, failure: BaseException | None) -> None:
-        run = self.run
-        run.draining = True
+        self.draining = True
         try:
             if failure is None:
                 self.outcomes.value(entry, value)
             else:
                 self.outcomes.error(entry, failure)
         finally:
-            run.draining = False
+            self.draining = False
         self.drain()
 
     def expire(self, entry: Entry) -> None:
         """``entry``'s time ran out: stop what runs it, then its timeout outcome."""
-        run = self.run
         handle, entry.handle = entry.handle, None
         if isinstance(handle, Batch):
             self.batcher.expire(entry, handle)
         elif isinstance(handle, asyncio.Future):
-            run.running.pop(handle, None)
+            self.running.pop(handle, None)
             handle.cancel()
         elif handle is not None:
             handle.cancel()  # a retry timer
         elif entry.state == State.READY:
             self.batcher.buffer.remove(entry)
-        run.draining = True
+        self.draining = True
         try:
             self.outcomes.timed_out(entry)
         finally:
-            run.draining = False
+            self.draining = False
         self.drain()
         self.batcher.flush_when_idle()
+
+    def hold(self) -> None:
+        """Start nothing new: no retry, no flush."""
+        self.timers.hold()
+        self.batcher.hold()
+
+    def tasks(self) -> list[asyncio.Future[Any]]:
+        """The tasks running attempts and batches now."""
+        return list(self.running) + list(self.batcher.batches)
+
+    def close(self) -> None:
+        """Stop every timer and forget the running tasks (the caller cancels them)."""
+        self.batcher.close()
+        self.timers.close()
+        self.running.clear()
 
 
 def _ours(run: Run, entry: Entry) -> bool:

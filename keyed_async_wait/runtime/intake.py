@@ -4,8 +4,8 @@ Order: records parked by an earlier run (those given to ``replay_parked``), then
 restored from a snapshot, then the source. A source chunk that is a
 :class:`~keyed_async_wait.core.parking.ParkedBatch` replays parked records too. Intake pauses
 while the operator is full and reads no record it cannot admit, so a snapshot never misses one.
-After a hold, input is no longer admitted: it is kept for the leftover, or, with
-``emit_parked``, handed out as parked records as fast as it is read.
+After a hold, input is no longer admitted: it is kept for the leftover (:attr:`Intake.unread`),
+or, with ``emit_parked``, handed out as parked records as fast as it is read.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 from ..core.elements import Watermark
 from ..core.parking import ParkedBatch, ParkedItem
 from ..core.snapshot import SnapshotRecord
-from .batches import Batcher
 from .dispatch import Dispatcher
 from .eager import Resumed, start
 from .run import Run
@@ -32,12 +31,21 @@ SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
 class Intake:
     """Feeds the controller (see the module doc)."""
 
-    __slots__ = ("batcher", "dispatcher", "run")
+    __slots__ = ("dispatcher", "parked_replay", "replay", "run", "unadmitted", "unreplayed")
 
-    def __init__(self, run: Run, dispatcher: Dispatcher, batcher: Batcher) -> None:
+    def __init__(
+        self,
+        run: Run,
+        dispatcher: Dispatcher,
+        replay: list[SnapshotRecord | Watermark],
+        parked_replay: list[ParkedItem],
+    ) -> None:
         self.run = run
         self.dispatcher = dispatcher
-        self.batcher = batcher
+        self.replay = replay  # restored from a snapshot
+        self.parked_replay = parked_replay  # parked by an earlier run
+        self.unreplayed: list[ParkedItem] = []  # held before the replay was reached
+        self.unadmitted: list[Any] = []  # input read after a hold (without emit_parked)
 
     async def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
         run = self.run
@@ -52,7 +60,7 @@ class Intake:
             else:
                 await self._chunk(source)
             run.source_done = True
-            self.batcher.flush_now()
+            self.dispatcher.batcher.flush_now()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, not swallowed
@@ -60,14 +68,24 @@ class Intake:
         finally:
             run.notify()
 
+    def unread(self) -> list[ParkedItem]:
+        """What the intake took in but never admitted: the replay not reached, input read after
+        a hold; each key's records in arrival order."""
+        items = list(self.unreplayed)
+        if self.unadmitted:
+            key_of = self.run.key_of
+            assert key_of is not None
+            items.extend(ParkedItem(r, key_of(r)) for r in self.unadmitted if type(r) is not Watermark)
+        return items
+
     async def _parked(self, replay: list[ParkedItem] | None = None) -> None:
         """Replay parked records (``replay``, else those given to ``replay_parked``) in their
         order; those not due (or behind one that is not) stay parked."""
         run = self.run
         ctl = run.ctl
         if replay is None:
-            replay, run.parked_replay = run.parked_replay, []
-        defer = run.settings.defer
+            replay, self.parked_replay = self.parked_replay, []
+        defer = run.spec.defer
         now = defer.clock() if defer is not None else time.time()
         for i, item in enumerate(replay):
             if run.room_left() <= 0:
@@ -76,23 +94,20 @@ class Intake:
                 if run.spill is not None:
                     await self._spill_out(replay[i:])
                 else:
-                    run.unreplayed.extend(replay[i:])
+                    self.unreplayed.extend(replay[i:])
                 return
             entry = ctl.admit_parked(item, now)
             if entry is not None:
                 run.counters.records_in += 1
                 self.dispatcher.dispatch(entry)
-            else:
-                run.plain_output = False
 
     async def _restored(self) -> None:
         run = self.run
         ctl, key_of = run.ctl, run.key_of
-        for element in run.replay:
+        for element in self.replay:
             if run.room_left() <= 0:
                 await self._wait_capacity()
             if type(element) is Watermark:
-                run.plain_output = False
                 ctl.admit_watermark(element)
                 run.notify()
                 continue
@@ -100,12 +115,9 @@ class Intake:
             key = key_of(element.record) if key_of is not None else element.key
             results = list(element.results) if element.results is not None else None
             entry = ctl.admit_restored(element.record, key, results)
-            if results is not None:
-                run.presets += 1
             run.counters.records_in += 1
-            if entry is not None:
-                self.dispatcher.dispatch(entry)
-        run.replay = []
+            self.dispatcher.restored(entry, results is not None)
+        self.replay = []
 
     async def _chunk(self, source: Iterable[Any]) -> None:
         if type(source) is ParkedBatch:
@@ -134,7 +146,6 @@ class Intake:
             admitted = ctl.records_inside - before
             counters.records_in += admitted
             if admitted != len(chunk):
-                run.plain_output = False
                 run.notify()  # watermarks may be ready to leave
             if ready:
                 self.dispatcher.dispatch_many(ready)
@@ -142,7 +153,7 @@ class Intake:
     async def _held(self, iterator: Any) -> None:
         run = self.run
         if run.spill is None:
-            run.unadmitted.extend(iterator)
+            self.unadmitted.extend(iterator)
             return
         key_of = run.key_of
         assert key_of is not None
@@ -164,7 +175,7 @@ class Intake:
             except StopAsyncIteration:
                 return
             else:  # the source must wait: send what the buffer holds before waiting with it
-                self.batcher.flush_now()
+                self.dispatcher.batcher.flush_now()
                 try:
                     element = await Resumed(it, first)
                 except StopAsyncIteration:
@@ -187,7 +198,7 @@ class Intake:
         run = self.run
         if run.holding:
             return
-        self.batcher.flush_now()
+        self.dispatcher.batcher.flush_now()
         waiter = run.loop.create_future()
         run.capacity_waiter = waiter
         await waiter

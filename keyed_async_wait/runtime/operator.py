@@ -8,14 +8,14 @@ from typing import Any
 
 from ..core.elements import OutputMode, Watermark
 from ..core.exceptions import ConfigError, SnapshotError
-from ..core.keys import DEFAULT_MAX_PARALLELISM, KeySelector
+from ..core.keys import DEFAULT_MAX_PARALLELISM
 from ..core.latency import LatencyHistogram
 from ..core.parking import PARKED, DeferPolicy, ParkedItem
 from ..core.retry import RetryStrategy
-from ..core.settings import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, OperatorSettings, Output
 from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
+from ..core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, Output, WaitSpec
+from .backend import adapt_function, check_release
 from .consume import outputs_of
-from .function import adapt_function, check_release
 from .runtime import Runtime
 from .stats import EMPTY, OperatorStats, stats_of
 
@@ -82,8 +82,8 @@ class KeyedAsyncWaitOperator:
     ) -> None:
         self._init(
             function,
-            OperatorSettings(
-                mode=OutputMode.parse(mode),
+            WaitSpec.of(
+                mode,
                 key=key,
                 capacity=capacity,
                 blocked_capacity=blocked_capacity,
@@ -103,21 +103,20 @@ class KeyedAsyncWaitOperator:
         )
 
     @classmethod
-    def from_settings(cls, function: Any, settings: OperatorSettings) -> KeyedAsyncWaitOperator:
-        """An operator with ``settings`` (already checked, e.g. on a Spark driver)."""
+    def from_spec(cls, function: Any, spec: WaitSpec) -> KeyedAsyncWaitOperator:
+        """An operator with ``spec`` (already checked, e.g. on a Spark driver)."""
         op = cls.__new__(cls)
-        op._init(function, settings)
+        op._init(function, spec)
         return op
 
-    def _init(self, function: Any, settings: OperatorSettings) -> None:
-        self.settings = settings
+    def _init(self, function: Any, spec: WaitSpec) -> None:
+        self.spec = spec
         self.function = adapt_function(function)
-        check_release(self.function, settings.on_error)
-        if settings.eager_start is not None:
-            self.function.eager = settings.eager_start
-        self.key_selector: KeySelector | None = settings.key_selector()
+        check_release(self.function, spec.on_error)
+        if spec.eager_start is not None:
+            self.function.eager = spec.eager_start
         # seconds per record, first attempt to result, over every run (fixed size)
-        self.latency: LatencyHistogram | None = LatencyHistogram() if settings.track_latency else None
+        self.latency: LatencyHistogram | None = LatencyHistogram() if spec.track_latency else None
         self._runtime: Runtime | None = None
         self._replay: list[SnapshotRecord | Watermark] = []
         self._last_stats: OperatorStats | None = None
@@ -126,12 +125,12 @@ class KeyedAsyncWaitOperator:
 
     @property
     def mode(self) -> OutputMode:
-        return self.settings.mode
+        return self.spec.mode
 
     def __repr__(self) -> str:
-        s = self.settings
+        s = self.spec
         return (
-            f"KeyedAsyncWaitOperator({self.function.name}, mode={s.mode.name}, key={s.key!r}, "
+            f"KeyedAsyncWaitOperator({self.function.name}, mode={s.mode.name}, key={_shown(s.key)}, "
             f"capacity={s.capacity}, timeout={s.timeout})"
         )
 
@@ -141,8 +140,8 @@ class KeyedAsyncWaitOperator:
         """Yield results (or ``(record, results)`` pairs) and watermarks for ``source``."""
         runtime = await self._begin()
         intake = runtime.feed(source, batches=False)
-        pairs = self.settings.output == "pairs"
-        emit_errors = self.settings.on_error != "fail"
+        pairs = self.spec.output == "pairs"
+        emit_errors = self.spec.on_error != "fail"
         try:
             out, handed_out = runtime.ctl.out, runtime.handed_out
             while True:
@@ -198,8 +197,8 @@ class KeyedAsyncWaitOperator:
         """
         runtime = await self._begin()
         intake = runtime.feed(source, batches=True)
-        pairs = self.settings.output == "pairs"
-        emit_errors = self.settings.on_error != "fail"
+        pairs = self.spec.output == "pairs"
+        emit_errors = self.spec.on_error != "fail"
         try:
             out = runtime.ctl.out
             while True:
@@ -243,7 +242,7 @@ class KeyedAsyncWaitOperator:
     async def _begin(self) -> Runtime:
         if self._runtime is not None:
             raise RuntimeError("this operator is already processing a source; use one per stream")
-        runtime = Runtime(self.settings, self.function, self._replay, self._parked_replay, self.latency)
+        runtime = Runtime(self.spec, self.function, self._replay, self._parked_replay, self.latency)
         self._replay, self._parked_replay = [], []
         self._runtime = runtime
         if self.function.open is not None:
@@ -256,7 +255,7 @@ class KeyedAsyncWaitOperator:
 
     async def _end(self, runtime: Runtime, intake: asyncio.Task[None]) -> None:
         try:
-            await runtime.close(intake, wait_running=self.settings.on_close == "wait")
+            await runtime.close(intake, wait_running=self.spec.on_close == "wait")
         finally:
             keep = runtime.spill is None and (runtime.holding or runtime.ctl.parked)
             self._leftover = runtime.leftover() if keep else []
@@ -301,16 +300,16 @@ class KeyedAsyncWaitOperator:
         runtime = self._runtime
         entries = runtime.ctl.live_entries() if runtime is not None else []
         pending = list(self._replay) if runtime is None else []
-        return snapshot_of(entries, pending, self.settings.max_parallelism)
+        return snapshot_of(entries, pending, self.spec.max_parallelism)
 
     def restore(self, snapshot: OperatorSnapshot, subtask_index: int = 0, parallelism: int = 1) -> None:
         """Replay the key groups this subtask owns before any new input of the next ``process``."""
         if self._runtime is not None:
             raise SnapshotError("restore() before process(), not while it runs")
-        if snapshot.max_parallelism != self.settings.max_parallelism:
+        if snapshot.max_parallelism != self.spec.max_parallelism:
             raise SnapshotError(
                 f"snapshot has max_parallelism {snapshot.max_parallelism}, this operator "
-                f"{self.settings.max_parallelism}: key groups would move; use the same max_parallelism"
+                f"{self.spec.max_parallelism}: key groups would move; use the same max_parallelism"
             )
         self._replay = snapshot.replay_for(subtask_index, parallelism)
 
@@ -322,3 +321,8 @@ class KeyedAsyncWaitOperator:
         if self._runtime is not None:
             return stats_of(self._runtime)
         return self._last_stats if self._last_stats is not None else EMPTY
+
+
+def _shown(key: Any) -> str:
+    """A key as it was given (one field by its name)."""
+    return repr(key[0] if isinstance(key, tuple) and len(key) == 1 else key)

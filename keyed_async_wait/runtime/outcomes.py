@@ -1,13 +1,16 @@
 """Carrying out what the pure outcome unit decides (:mod:`keyed_async_wait.core.outcome`).
 
 The runtime never decides here whether to retry, park, fail or emit: it asks the
-:class:`OutcomePolicy` and does what the decision says. The success path of a record without
-result predicates is the hot path: no decision object is made for it.
+:class:`OutcomePolicy` and does what the decision says. A record that finishes lets the next
+record of its key start: that one is put in the ready queue, which the dispatcher drains after
+every settlement. The success path of a record without result predicates is the hot path: no
+decision object is made for it.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,27 +23,21 @@ from .timers import Timers
 __all__ = ["Outcomes"]
 
 
-def _unwired(entry: Entry) -> None:  # pragma: no cover - the runtime wires every callback
-    raise RuntimeError("dispatch not wired")
-
-
 class Outcomes:
     """What happens after an attempt: results, an error, a timeout (see the module doc)."""
 
-    __slots__ = ("dispatch", "fn", "policy", "result_retry", "run", "timers", "wall")
+    __slots__ = ("fn", "policy", "ready", "result_retry", "run", "timers", "wall")
 
-    def __init__(self, run: Run, timers: Timers) -> None:
-        settings = run.settings
+    def __init__(self, run: Run, timers: Timers, ready: deque[Entry]) -> None:
+        spec = run.spec
         self.run = run
         self.fn = run.fn
         self.timers = timers
-        self.policy = OutcomePolicy(
-            settings.retry, settings.on_error, settings.defer, settings.timeout, run.fn.describe
-        )
+        self.ready = ready  # the dispatcher's: entries that may start now
+        self.policy = OutcomePolicy(spec.retry, spec.on_error, spec.defer, spec.timeout, run.fn.describe)
         self.result_retry = self.policy.retry_results
-        defer = settings.defer
+        defer = spec.defer
         self.wall: Callable[[], float] = defer.clock if defer is not None else time.time
-        self.dispatch: Callable[[Entry], None] = _unwired  # the next entry of a key may start
 
     def value(self, entry: Entry, value: Any) -> None:
         """An attempt returned ``value``."""
@@ -91,7 +88,6 @@ class Outcomes:
             self._park(entry, decision)
         elif kind is Emit:
             self.run.counters.failures += 1
-            self.run.plain_output = False
             entry.failure = decision.failed
             self.succeed(entry, [])
         elif kind is Fail:
@@ -105,7 +101,6 @@ class Outcomes:
         run = self.run
         self.timers.disarm(entry)
         run.counters.deferred += 1
-        run.plain_output = False
         run.ctl.park(entry, decision.info)
         run.notify()
 
@@ -118,16 +113,17 @@ class Outcomes:
             run.latency.add(run.loop.time() - entry.started)
         nxt = run.ctl.finish(entry)
         if nxt is not None:
-            self.dispatch(nxt)
+            self.ready.append(nxt)
         run.notify()
 
-    def succeed_many(self, done: list[Entry]) -> list[Entry]:
-        """Entries whose results are set and state DONE (a batch's fast path): the next entries
-        of their keys, now ready."""
+    def succeed_many(self, done: list[Entry]) -> None:
+        """Entries whose results are set and state DONE (a batch's fast path); the next entries
+        of their keys join the ready queue."""
         run = self.run
         if run.latency is not None:
             now = run.loop.time()
             run.latency.add_many(now - entry.started for entry in done)
         nxt = run.ctl.finish_many(done, marked=True)
+        if nxt:
+            self.ready.extend(nxt)
         run.notify()
-        return nxt

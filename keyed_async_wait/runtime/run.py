@@ -1,25 +1,23 @@
-"""The state one ``process()`` call shares between the runtime's parts, and its output side.
+"""What one ``process()`` call is, and its output side.
 
-:class:`Run` holds the controller, the counters, the waiters and the flags (holding, closing,
-the failure); the parts (intake, dispatch, batches, timers, outcomes) read and change it and
-nothing else. Its methods are the output side: what the consumer takes, and the wake-ups
-between the intake, the work and the consumer.
+:class:`Run` holds the run itself: its spec and function, the controller that decides, its
+counters, whether it holds, closes or failed, and the wake-ups between the intake, the work and
+the consumer. The parts of the runtime keep their own state (the dispatcher its ready queue and
+running attempts, the batcher its buffer and batches, the intake what it replays and what it
+could not admit); they share only this.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.controller import Controller
-from ..core.elements import Watermark
-from ..core.entry import Entry, State
-from ..core.parking import FRESH, ParkedItem, ParkInfo
-from ..core.settings import OperatorSettings
-from ..core.snapshot import SnapshotRecord
-from .function import FunctionAdapter
+from ..core.entry import Entry
+from ..core.parking import ParkedItem
+from ..core.spec import WaitSpec
+from .backend import FunctionAdapter
 
 __all__ = ["Counters", "Run", "resolve"]
 
@@ -44,43 +42,24 @@ def resolve(waiter: asyncio.Future[None] | None) -> None:
 
 
 class Run:
-    """One ``process()`` call's shared state (see the module doc)."""
+    """One ``process()`` call (see the module doc)."""
 
-    def __init__(
-        self,
-        settings: OperatorSettings,
-        fn: FunctionAdapter,
-        replay: list[SnapshotRecord | Watermark],
-        parked_replay: list[ParkedItem],
-        latency: Any,
-    ) -> None:
+    def __init__(self, spec: WaitSpec, fn: FunctionAdapter, latency: Any) -> None:
         self.loop = asyncio.get_running_loop()
-        self.settings = settings
+        self.spec = spec
         self.fn = fn
-        self.key_of = settings.key_selector()
+        self.key_of = spec.selector
         # emit_parked: parked records leave as outputs the moment they are parked (bounded memory)
-        self.spill: list[ParkedItem] | None = [] if settings.emit_parked else None
-        self.ctl = Controller(settings.mode, self.key_of, self.spill)
-        self.capacity = settings.capacity
-        self.blocked_capacity = settings.blocked_capacity
+        self.spill: list[ParkedItem] | None = [] if spec.emit_parked else None
+        self.ctl = Controller(spec.mode, self.key_of, self.spill)
+        self.capacity = spec.capacity
+        self.blocked_capacity = spec.blocked_capacity
         self.counters = Counters()
         self.latency = latency
-        self.replay = replay
-        self.parked_replay = parked_replay
-        self.unreplayed: list[ParkedItem] = []  # held before the replay was reached
-        self.unadmitted: list[Any] = []  # input read after a hold (without emit_parked)
         self.holding = False  # hold(): start nothing new
         self.closing = False
         self.source_done = False
         self.failure: BaseException | None = None
-        # True while every entry that leaves is a finished record with a result list: no
-        # watermark or failed record has come in (the batch consumer's fast path)
-        self.plain_output = True
-        self.ready: deque[Entry] = deque()  # entries that may start, in order
-        self.draining = False  # a drain is under way: new ready entries join its queue
-        self.running: dict[asyncio.Future[Any], Entry] = {}
-        self.batches: dict[asyncio.Future[Any], Any] = {}  # task -> the Batch it runs
-        self.presets = 0  # restored entries whose results are known, not yet handed on
         self.output_waiter: asyncio.Future[None] | None = None
         self.capacity_waiter: asyncio.Future[None] | None = None
         self.spill_waiter: asyncio.Future[None] | None = None
@@ -139,10 +118,11 @@ class Run:
 
     def hand_out_all(self) -> list[Entry]:
         """Take every entry that may leave now (for batch consumers)."""
-        out = self.ctl.out
+        ctl = self.ctl
+        out = ctl.out
         entries = list(out)
         out.clear()
-        self.counters.records_out += self.ctl.hand_out_many(entries, records_only=self.plain_output)
+        self.counters.records_out += ctl.hand_out_many(entries, records_only=ctl.plain_output)
         self.room()
         return entries
 
@@ -155,34 +135,4 @@ class Run:
         spill.clear()
         waiter, self.spill_waiter = self.spill_waiter, None
         resolve(waiter)
-        return items
-
-    @property
-    def finished(self) -> bool:
-        if not self.source_done:
-            return False
-        if self.ctl.idle:
-            return True
-        # held: done once nothing runs any more and everything that may leave has left
-        return self.holding and not self.running and not self.batches and not self.ctl.out and not self.spill
-
-    def leftover(self) -> list[ParkedItem]:
-        """Every record that did not finish, in an order that keeps each key's arrival order:
-        records still inside (held), parked keys' queues, replay not reached, input not admitted."""
-        items: list[ParkedItem] = []
-        for entry in self.ctl.live_entries():
-            if entry.watermark or entry.state == State.DONE:
-                continue
-            info = entry.meta or FRESH
-            if entry.attempts:
-                info = ParkInfo(
-                    info.attempts + entry.attempts, info.deferrals, None, info.deferred_since, info.error
-                )
-            items.append(ParkedItem(entry.record, entry.key, info))
-        items.extend(self.ctl.parked.items())
-        items.extend(self.unreplayed)
-        if self.unadmitted:
-            key_of = self.key_of
-            assert key_of is not None
-            items.extend(ParkedItem(r, key_of(r)) for r in self.unadmitted if type(r) is not Watermark)
         return items

@@ -1,17 +1,19 @@
 """The asyncio layer of the operator: it awaits, sleeps and cancels; the core decides.
 
 One :class:`Runtime` exists per ``process()`` call, built from the operator's frozen
-:class:`~keyed_async_wait.core.settings.OperatorSettings` (it never reads the operator). Its
-parts, one concern each, share the run's state (:class:`~.run.Run`):
+:class:`~keyed_async_wait.core.spec.WaitSpec` (it never reads the operator). Its parts are made
+in the order they depend on one another, each given what it uses:
 
-- :class:`~.intake.Intake`: records in, from the replay and the source, within the capacity;
-- :class:`~.dispatch.Dispatcher`: ready records start; attempts settle in their own tasks;
-- :class:`~.batches.Batcher`: the active buffer and the batch calls;
-- :class:`~.timers.Timers`: timeouts (a timer wheel) and retry timers;
-- :class:`~.outcomes.Outcomes`: what the pure outcome unit decides after an attempt, carried out.
+- :class:`~.run.Run`: what the run is (spec, function, controller, counters, flags, wake-ups);
+- :class:`~.dispatch.Dispatcher` (given the run): ready records start; attempts settle in their
+  own tasks. It makes and owns the :class:`~.timers.Timers` (timeouts in a timer wheel; retry
+  timers that come back to it), the :class:`~.outcomes.Outcomes` (the pure outcome unit's
+  decisions, carried out) and the :class:`~.batches.Batcher` (the active buffer, batch calls);
+- :class:`~.intake.Intake` (given the run and the dispatcher): records in, from the replay and
+  the source, within the capacity.
 
-The parts call one another only through the callbacks wired here, so no module imports one
-that imports it back.
+So "who restarts a record after a retry" has one answer: the dispatcher, whose timers call
+its ``dispatch`` when the delay has passed.
 """
 
 from __future__ import annotations
@@ -21,41 +23,32 @@ from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
 from ..core.elements import Watermark
-from ..core.parking import ParkedItem
-from ..core.settings import OperatorSettings
+from ..core.entry import State
+from ..core.parking import FRESH, ParkedItem, ParkInfo
 from ..core.snapshot import SnapshotRecord
-from .batches import Batcher
+from ..core.spec import WaitSpec
+from .backend import FunctionAdapter
 from .dispatch import Dispatcher
-from .function import FunctionAdapter
 from .intake import Intake
-from .outcomes import Outcomes
 from .run import Run, resolve
-from .timers import Timers
 
 __all__ = ["Runtime"]
 
 
 class Runtime:
-    """Runs one ``process()``: the parts of the asyncio layer, wired (see the module doc)."""
+    """Runs one ``process()`` (see the module doc)."""
 
     def __init__(
         self,
-        settings: OperatorSettings,
+        spec: WaitSpec,
         fn: FunctionAdapter,
         replay: list[SnapshotRecord | Watermark],
         parked_replay: list[ParkedItem],
         latency: Any = None,
     ) -> None:
-        run = self.run = Run(settings, fn, replay, parked_replay, latency)
-        self.timers = Timers(run)
-        self.outcomes = Outcomes(run, self.timers)
-        self.batcher = Batcher(run, self.outcomes, self.timers)
-        self.dispatcher = Dispatcher(run, self.outcomes, self.timers, self.batcher)
-        self.intake = Intake(run, self.dispatcher, self.batcher)
-        self.outcomes.dispatch = self.dispatcher.dispatch
-        self.batcher.drain = self.dispatcher.drain
-        self.timers.retry_now = self.dispatcher.dispatch
-        self.timers.expired = self.dispatcher.expire
+        run = self.run = Run(spec, fn, latency)
+        self.dispatcher = Dispatcher(run)
+        self.intake = Intake(run, self.dispatcher, replay, parked_replay)
         self.loop = run.loop
         self.ctl = run.ctl
         # the consumer's side, bound straight to the run's (one call per record, not two)
@@ -63,7 +56,6 @@ class Runtime:
         self.hand_out_all = run.hand_out_all
         self.wait_output = run.wait_output
         self.take_spill = run.take_spill
-        self.leftover = run.leftover
         if fn.bind_release is not None:
             fn.bind_release(self.release_key)
 
@@ -71,20 +63,16 @@ class Runtime:
         """Let the next record of ``record``'s key start now, while ``record`` still runs
         (KEY_ORDERED; elsewhere there is no key order to release). False when ``record`` is
         not running here."""
-        run = self.run
-        entry = next((e for e in run.running.values() if e.record is record), None)
+        dispatcher = self.dispatcher
+        entry = next((e for e in dispatcher.running.values() if e.record is record), None)
         if entry is None:
             return False
-        nxt = run.ctl.release_early(entry)
+        nxt = self.ctl.release_early(entry)
         if nxt is not None:
-            self.dispatcher.dispatch(nxt)
+            dispatcher.dispatch(nxt)
         return True
 
     # ------------------------------------------------------------------ what the operator uses
-
-    @property
-    def capacity(self) -> int:
-        return self.run.capacity
 
     @property
     def failure(self) -> BaseException | None:
@@ -92,7 +80,13 @@ class Runtime:
 
     @property
     def finished(self) -> bool:
-        return self.run.finished
+        run = self.run
+        if not run.source_done:
+            return False
+        if self.ctl.idle:
+            return True
+        # held: done once nothing runs any more and everything that may leave has left
+        return run.holding and not self.dispatcher.busy and not self.ctl.out and not run.spill
 
     @property
     def holding(self) -> bool:
@@ -100,7 +94,7 @@ class Runtime:
 
     @property
     def plain_output(self) -> bool:
-        return self.run.plain_output
+        return self.ctl.plain_output
 
     @property
     def spill(self) -> list[ParkedItem] | None:
@@ -112,11 +106,28 @@ class Runtime:
 
     @property
     def buffered(self) -> int:
-        return len(self.batcher.buffer)
+        return len(self.dispatcher.batcher.buffer)
 
     def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> asyncio.Task[None]:
         """Start the intake from ``source`` in a task of its own."""
         return self.loop.create_task(self.intake.feed(source, batches))
+
+    def leftover(self) -> list[ParkedItem]:
+        """Every record that did not finish, in an order that keeps each key's arrival order:
+        records still inside (held), parked keys' queues, then what the intake never admitted."""
+        items: list[ParkedItem] = []
+        for entry in self.ctl.live_entries():
+            if entry.watermark or entry.state == State.DONE:
+                continue
+            info = entry.meta or FRESH
+            if entry.attempts:
+                info = ParkInfo(
+                    info.attempts + entry.attempts, info.deferrals, None, info.deferred_since, info.error
+                )
+            items.append(ParkedItem(entry.record, entry.key, info))
+        items.extend(self.ctl.parked.items())
+        items.extend(self.intake.unread())
+        return items
 
     # ------------------------------------------------------------------ holding and shutdown
 
@@ -128,8 +139,7 @@ class Runtime:
         if run.holding:
             return
         run.holding = True
-        self.timers.hold()
-        self.batcher.hold()
+        self.dispatcher.hold()
         resolve(run.capacity_waiter)
         run.notify()
 
@@ -139,15 +149,12 @@ class Runtime:
         if not intake.done():
             intake.cancel()
         tasks: list[asyncio.Future[Any]] = [intake]
-        running = list(run.running) + list(run.batches)
+        running = self.dispatcher.tasks()
         if wait_running and running:
-            await asyncio.wait(running, timeout=run.settings.timeout)
+            await asyncio.wait(running, timeout=run.spec.timeout)
         run.closing = True
-        self.batcher.close()
-        self.timers.close()
+        self.dispatcher.close()
         for task in running:
             task.cancel()
         tasks.extend(running)
-        run.running.clear()
-        run.batches.clear()
         await asyncio.gather(*tasks, return_exceptions=True)

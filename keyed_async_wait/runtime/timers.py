@@ -2,8 +2,9 @@
 
 A record's timeout is an entry in a timer wheel (:mod:`keyed_async_wait.core.deadlines`): one
 event-loop timer per time bucket, not per record. A retry is a ``call_later`` timer, not a task.
-When either fires, the callbacks the runtime wires in (:attr:`Timers.expired`,
-:attr:`Timers.retry_now`) take over.
+When either fires, the callbacks the timers were made with take over: ``expired(entry)`` (its
+time ran out) and ``retry_now(entry)`` (its retry's delay passed); the dispatcher, which owns
+the timers, gives both.
 """
 
 from __future__ import annotations
@@ -18,25 +19,23 @@ from .run import Run
 __all__ = ["Timers"]
 
 
-def _unwired(entry: Entry) -> None:  # pragma: no cover - the runtime wires every callback
-    raise RuntimeError("timer callback not wired")
-
-
 class Timers:
     """Arms and disarms timeouts, schedules retries (see the module doc)."""
 
     __slots__ = ("deadlines", "expired", "retry_now", "run", "timeout")
 
-    def __init__(self, run: Run) -> None:
+    def __init__(
+        self, run: Run, *, expired: Callable[[Entry], None], retry_now: Callable[[Entry], None]
+    ) -> None:
         self.run = run
-        self.timeout = run.settings.timeout
+        self.timeout = run.spec.timeout
         self.deadlines = (
             Deadlines(min(0.05, self.timeout / 100), run.loop.call_at, self._fire)
             if self.timeout is not None
             else None
         )
-        self.expired: Callable[[Entry], None] = _unwired  # a record's time ran out
-        self.retry_now: Callable[[Entry], None] = _unwired  # a retry's delay passed
+        self.expired = expired
+        self.retry_now = retry_now
 
     def arm(self, entry: Entry) -> None:
         """Watch ``entry`` until its deadline (once: from its first attempt)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Any, Literal, NoReturn
 
@@ -20,16 +19,18 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ..core.backlog import BacklogPolicy
+from ..core.checks import check_positive_int, check_seconds
 from ..core.elements import OutputMode
 from ..core.exceptions import ConfigError, UnknownSettingError
 from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
-from ..core.settings import check_positive_int, check_seconds
+from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
 from .journal import StepJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
-from .options import WaitOptions, key_columns, make_plan, order_columns, partitions
+from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
+from .session import shuffle_partitions
 from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .task import run_partition
 
@@ -112,19 +113,11 @@ class AsyncDataStream:
         >>> out = AsyncDataStream.ordered_wait(orders, users, timeout=5.0)  # doctest: +SKIP
         """
         _no_unknown("ordered_wait", unknown)
-        options = WaitOptions(
-            timeout=timeout,
-            capacity=capacity,
-            retry=retry,
-            output_schema=output_schema,
-            join=join,
-            error_column=error_column,
-            batch_size=batch_size,
-            metrics=metrics,
-            backlog=backlog,
-            event_time=event_time,
+        spec = wait_spec(
+            df, OutputMode.ORDERED, timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size
         )
-        return _wait(df, fn, OutputMode.ORDERED, observe, options)
+        edge = dict(output_schema=output_schema, join=join, error_column=error_column, metrics=metrics)
+        return _wait(df, fn, spec, observe, backlog=backlog, event_time=event_time, **edge)
 
     @staticmethod
     def unordered_wait(
@@ -153,19 +146,11 @@ class AsyncDataStream:
         >>> out = AsyncDataStream.unordered_wait(orders, users, capacity=200)  # doctest: +SKIP
         """
         _no_unknown("unordered_wait", unknown)
-        options = WaitOptions(
-            timeout=timeout,
-            capacity=capacity,
-            retry=retry,
-            output_schema=output_schema,
-            join=join,
-            error_column=error_column,
-            batch_size=batch_size,
-            metrics=metrics,
-            backlog=backlog,
-            event_time=event_time,
+        spec = wait_spec(
+            df, OutputMode.UNORDERED, timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size
         )
-        return _wait(df, fn, OutputMode.UNORDERED, observe, options)
+        edge = dict(output_schema=output_schema, join=join, error_column=error_column, metrics=metrics)
+        return _wait(df, fn, spec, observe, backlog=backlog, event_time=event_time, **edge)
 
     @staticmethod
     def key_ordered_wait(
@@ -223,30 +208,24 @@ class AsyncDataStream:
         columns = key_columns(df, key)
         sort_by = order_columns(df, order_by) or None
         check_positive_int("num_partitions", num_partitions, optional=True)
-        if not assume_partitioned:
-            df = df.repartition(partitions(df.sparkSession, num_partitions), *columns)
-        sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
-        if sort_by and not df.isStreaming:
-            df, sort_in_task = df.sortWithinPartitions(*sort_by), None
-        options = WaitOptions(
+        spec = wait_spec(
+            df,
+            OutputMode.KEY_ORDERED,
+            key=columns,
+            blocked_capacity=blocked_capacity,
             timeout=timeout,
             capacity=capacity,
             retry=retry,
-            output_schema=output_schema,
-            join=join,
-            error_column=error_column,
             batch_size=batch_size,
-            metrics=metrics,
-            backlog=backlog,
-            event_time=event_time,
         )
-        options = replace(
-            options,
-            key=columns[0] if len(columns) == 1 else columns,
-            sort_in_task=sort_in_task,
-            blocked_capacity=blocked_capacity,
-        )
-        return _wait(df, fn, OutputMode.KEY_ORDERED, observe, options)
+        if not assume_partitioned:
+            df = df.repartition(shuffle_partitions(df.sparkSession, num_partitions), *columns)
+        sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
+        if sort_by and not df.isStreaming:
+            df, sort_in_task = df.sortWithinPartitions(*sort_by), None
+        edge: dict[str, Any] = dict(output_schema=output_schema, join=join, error_column=error_column)
+        edge.update(metrics=metrics, backlog=backlog, event_time=event_time, sort_in_task=sort_in_task)
+        return _wait(df, fn, spec, observe, **edge)
 
     @staticmethod
     def key_ordered_stream(
@@ -319,15 +298,15 @@ class AsyncDataStream:
             or a step journal without a chain.
         """
         _no_unknown("key_ordered_stream", unknown)
-        options = WaitOptions(
-            timeout, capacity, retry, output_schema, join, error_column, batch_size, metrics
-        )
+        operator = dict(timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size)
+        edge = dict(output_schema=output_schema, join=join, error_column=error_column, metrics=metrics)
         state: dict[str, Any] = dict(
             time_cap=time_cap, on_error=on_error, defer=defer, max_defer_age=max_defer_age
         )
         state.update(heartbeat=heartbeat, keep_versions=keep_versions, replay_rows=replay_rows)
         state.update(state_window=state_window, num_partitions=num_partitions, step_journal=step_journal)
-        return _key_ordered_stream(df, fn, key, sink, checkpoint_location, order_by, state, options)
+        stream = (sink, checkpoint_location, order_by)
+        return _key_ordered_stream(df, fn, key, stream, state, operator, edge)
 
 
 def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
@@ -348,12 +327,12 @@ def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
     )
 
 
-def _wait(df: DataFrame, fn: Any, mode: OutputMode, observe: str | None, options: WaitOptions) -> DataFrame:
+def _wait(df: DataFrame, fn: Any, spec: WaitSpec, observe: str | None, **edge: Any) -> DataFrame:
     if observe is not None and (not isinstance(observe, str) or not observe):
         raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
-    plan, out, results = make_plan(df, fn, mode, options)
+    plan, out, results = make_plan(df, fn, spec, **edge)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
-    metrics = options.metrics
+    metrics = edge.get("metrics")
     if metrics is not None and metrics.observed:
         enriched = metrics.observe(enriched)
     if observe is None:
@@ -373,12 +352,12 @@ def _key_ordered_stream(
     df: DataFrame,
     fn: Any,
     key: Key,
-    sink: Callable[[DataFrame, int], None],
-    checkpoint_location: str,
-    order_by: str | Sequence[str] | None,
+    stream: tuple[Callable[[DataFrame, int], None], str, str | Sequence[str] | None],
     state: dict[str, Any],
-    options: WaitOptions,
+    operator: dict[str, Any],
+    edge: dict[str, Any],
 ) -> KeyedStream:
+    sink, checkpoint_location, order_by = stream
     if not df.isStreaming:
         raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
     if STATE_COLUMN in df.columns:
@@ -398,23 +377,20 @@ def _key_ordered_stream(
     check_positive_int("replay_rows", state["replay_rows"], optional=True)
     check_positive_int("state_window", state["state_window"])
     _check_state_types(df.schema)
-    if on_error != "fail" and options.error_column is None:
-        options = replace(
-            options, error_column="_error"
-        )  # failed or too long deferred rows: with their cause
-    parking = ParkingPlan(
-        state["time_cap"],
-        defer_policy(on_error, state["defer"], state["max_defer_age"]),
-        **_journal_of(fn, state["step_journal"], checkpoint_location),
-    )
-    options = replace(options, key=columns[0] if len(columns) == 1 else columns)
+    if on_error != "fail" and edge["error_column"] is None:
+        edge = {**edge, "error_column": "_error"}  # failed or too long deferred rows: with their cause
+    defer = defer_policy(on_error, state["defer"], state["max_defer_age"])
+    parking = ParkingPlan(state["time_cap"], **_journal_of(fn, state["step_journal"], checkpoint_location))
+    spec = wait_spec(df, OutputMode.KEY_ORDERED, key=columns, **operator)
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
     plan, out, _ = make_plan(  # built once: bad options fail now
         df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)),
         fn,
-        OutputMode.KEY_ORDERED,
-        options,
+        spec,
+        defer=defer,
+        parked=True,
         passthrough=passthrough,
+        **edge,
     )
     return KeyedStream(
         df,

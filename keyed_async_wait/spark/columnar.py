@@ -20,8 +20,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from lookup.columnar import ColumnarLookups
-
 from .values import ValueMismatch, column_converter
 
 __all__ = ["ColumnarRun", "supports_columnar"]
@@ -35,15 +33,17 @@ class _Fallback(Exception):
     """This batch needs the record path."""
 
 
-def supports_columnar(plan: Any, instance: Any) -> bool:
-    return isinstance(instance, ColumnarLookups) and plan.error_column is None and not plan.sort_by
+def supports_columnar(plan: Any, adapter: Any) -> bool:
+    """Whether a task may run column-wise: its backend has a columnar form (the backend
+    protocol's ``columnar()``), and its rows need no error column and no sort in the task."""
+    return adapter.columnar is not None and plan.error_column is None and not plan.sort_by
 
 
 class ColumnarRun:
     """Enrich Arrow batches until one needs the record path; that one is left in ``pending``."""
 
-    def __init__(self, plan: Any, instance: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.plan, self.instance, self.loop = plan, instance, loop
+    def __init__(self, plan: Any, columnar: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.plan, self.columnar, self.loop = plan, columnar, loop
         self.pending: Any = None
         self.records = 0
         self.rows_out = 0
@@ -51,7 +51,7 @@ class ColumnarRun:
     def batches(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             try:
-                out = _enrich(self.plan, self.instance, self.loop, batch)
+                out = _enrich(self.plan, self.columnar, self.loop, batch)
             except _Fallback as why:
                 log.info("async wait task: the record path takes over from the columnar one: %s", why)
                 self.pending = batch
@@ -61,18 +61,18 @@ class ColumnarRun:
             yield out
 
 
-def _enrich(plan: Any, instance: Any, loop: asyncio.AbstractEventLoop, batch: Any) -> Any:
+def _enrich(plan: Any, columnar: Any, loop: asyncio.AbstractEventLoop, batch: Any) -> Any:
     import pyarrow as pa
 
     if batch.num_rows == 0:
         return pa.RecordBatch.from_pylist([], schema=plan.out_schema)
     try:
-        keys = instance.column_keys(batch)
+        keys = columnar.column_keys(batch)
     except Exception as exc:
         raise _Fallback(f"a row without a lookup key ({type(exc).__name__})") from exc
     distinct = list(dict.fromkeys(keys))
-    fetch = instance.results_for_keys(distinct, CHUNK)
-    timeout = plan.settings.timeout
+    fetch = columnar.results_for_keys(distinct, CHUNK)
+    timeout = plan.spec.timeout
     try:
         answers = loop.run_until_complete(asyncio.wait_for(fetch, timeout) if timeout else fetch)
     except Exception as exc:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ..runtime.function import FunctionAdapter, adapt_function
+from ..runtime.backend import FunctionAdapter, adapt_function
 
 __all__ = ["KEEP", "Instances"]
 

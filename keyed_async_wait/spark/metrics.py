@@ -14,7 +14,7 @@ from ..core.exceptions import ConfigError
 from ..core.latency import LatencyHistogram
 from .compat import observed_progress
 
-__all__ = ["TASK_COLUMN", "AsyncWaitMetrics", "is_connect", "task_struct"]
+__all__ = ["BACKEND_COUNTERS", "TASK_COLUMN", "AsyncWaitMetrics", "is_connect", "task_struct"]
 
 
 class _ListAdd(AccumulatorParam):
@@ -34,6 +34,18 @@ class _ListMax(AccumulatorParam):
 
 
 TASK_COLUMN = "_kaw_task"  # observed metrics: one row per task carries its counts here
+
+# the counters a backend reports itself (its counters(), per process; a task adds its share)
+BACKEND_COUNTERS = (
+    "lookups",
+    "cache_hits",
+    "rejected_429",
+    "unavailable_5xx",
+    "short_circuited",
+    "throttled_ms",
+    "writes_applied",
+    "writes_stale",
+)
 
 
 class AsyncWaitMetrics:

@@ -1,41 +1,38 @@
-"""A wait's options, checked on the driver when the call is made, into a :class:`Plan`.
+"""A wait's options, checked on the driver when the call is made, into its :class:`Plan`.
 
-:func:`make_plan` turns a DataFrame, a function and the options of a wait into the task plan
-and the output schema; a bad option fails here, before any job, naming itself and what is
-allowed. The session's ``spark.sql.exec.async-lookup.*`` settings fill what the call leaves out.
+:func:`make_plan` turns a DataFrame, a function, the wait's :class:`WaitSpec` and its Spark
+options into the task plan and the output schema (through :func:`plan_of`, the one builder);
+a bad option fails here, before any job, naming itself and what is allowed. The session's
+``spark.sql.exec.async-lookup.*`` settings fill what the call leaves out (:func:`wait_spec`).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ..core.backlog import BacklogPolicy
-from ..core.config import PREFIX, AsyncLookupConfig
+from ..core.checks import check_instance
 from ..core.elements import OutputMode
 from ..core.exceptions import ConfigError
 from ..core.keys import WHOLE_RECORD, field_names
-from ..core.retry import RetryStrategy
-from ..core.settings import check_instance
-from ..runtime.function import declared_inputs, declared_output_schema
-from .compat import arrow_type, parse_schema, session_settings
+from ..core.parking import DeferPolicy
+from ..core.spec import WaitSpec
+from ..runtime.backend import declared_inputs, declared_output_schema
+from .compat import arrow_type, parse_schema
 from .metrics import TASK_COLUMN, AsyncWaitMetrics, task_struct
-from .plan import Plan
+from .plan import Plan, plan_of
+from .session import session_time_zone, session_view
 
 __all__ = [
     "ERROR_STRUCT",
-    "WaitOptions",
     "key_columns",
     "make_plan",
     "order_columns",
-    "partitions",
-    "session_config",
-    "session_time_zone",
+    "wait_spec",
 ]
 
 ERROR_STRUCT = StructType(
@@ -47,14 +44,10 @@ ERROR_STRUCT = StructType(
 )
 
 
-def session_config(spark: SparkSession) -> AsyncLookupConfig:
-    """The session's ``spark.sql.exec.async-lookup.*`` settings, checked (a misspelt key is an
-    error naming the closest known one)."""
-    return AsyncLookupConfig.from_mapping(session_settings(spark, PREFIX))
-
-
-def session_time_zone(spark: SparkSession) -> str:
-    return str(spark.conf.get("spark.sql.session.timeZone"))
+def wait_spec(df: DataFrame, mode: OutputMode, **options: Any) -> WaitSpec:
+    """The spec of a wait over ``df``: ``options`` checked, those given as None from the
+    session's settings (a misspelt setting is an error naming the closest known one)."""
+    return WaitSpec.resolve(session_view(df.sparkSession).operator, mode, **options)
 
 
 def schema_of(spark: SparkSession, schema: Any, fn: Any) -> StructType:
@@ -95,13 +88,6 @@ def arrow_schema(schema: StructType, time_zone: str) -> Any:
     return pa.schema(fields)
 
 
-def partitions(spark: SparkSession, num_partitions: int | None) -> int:
-    """``num_partitions``, else ``spark.sql.shuffle.partitions``."""
-    if num_partitions is not None:
-        return num_partitions
-    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-
-
 def key_columns(df: DataFrame, key: Any) -> list[str]:
     columns = list(df.columns) if key is WHOLE_RECORD else field_names(key)
     if columns is None:
@@ -124,74 +110,36 @@ def order_columns(df: DataFrame, order_by: str | Sequence[str] | None) -> list[s
     return sort_by
 
 
-@dataclass(frozen=True)
-class WaitOptions:
-    """The options of a wait as the caller gave them, built once per call; :func:`make_plan`
-    checks them. The key-ordered ones (``key`` onwards) are set by those calls only."""
-
-    timeout: float | None = None
-    capacity: int | None = None
-    retry: RetryStrategy | None = None
-    output_schema: str | StructType | None = None
-    join: str = "left"
-    error_column: str | None = None
-    batch_size: int | None = 1000
-    metrics: AsyncWaitMetrics | None = None
-    backlog: bool | str | BacklogPolicy | None = None
-    event_time: str | None = None
-    key: Any = None
-    blocked_capacity: int = 0
-    sort_in_task: list[str] | None = None
-
-
 def make_plan(
     df: DataFrame,
     fn: Any,
-    mode: OutputMode,
-    options: WaitOptions,
+    spec: WaitSpec,
+    *,
+    output_schema: str | StructType | None = None,
+    join: str = "left",
+    error_column: str | None = None,
+    metrics: AsyncWaitMetrics | None = None,
+    backlog: bool | str | BacklogPolicy | None = None,
+    event_time: str | None = None,
+    sort_in_task: list[str] | None = None,
+    defer: DeferPolicy | None = None,
+    parked: bool = False,
     passthrough: Sequence[StructField] = (),
 ) -> tuple[Plan, StructType, StructType]:
-    """The task plan, the output schema and the result columns' schema; every option checked
-    here, on the driver, before any job (the tasks only run what passed)."""
-    spark = df.sparkSession
-    conf = session_config(spark)
-    join, error_column, event_time, metrics = (
-        options.join,
-        options.error_column,
-        options.event_time,
-        options.metrics,
-    )
-    output_schema = options.output_schema
+    """The task plan, the output schema and the result columns' schema; every Spark option
+    checked here, on the driver, before any job (the tasks only run what passed). ``defer``,
+    ``parked`` and ``passthrough``: ``key_ordered_stream``'s parked state."""
     if join not in ("left", "inner"):
         raise ConfigError("join", join, "'left' (keep rows whose lookup missed) or 'inner' (drop them)")
     check_instance("metrics", metrics, AsyncWaitMetrics, "an AsyncWaitMetrics(spark), or None")
-    explicit = dict(
-        capacity=options.capacity,
-        timeout=options.timeout,
-        retry=options.retry,
-        key=options.key,
-        batch_size=options.batch_size,
-    )
-    settings = conf.operator_settings(mode, blocked_capacity=options.blocked_capacity, **explicit)
     passing = [f.name for f in passthrough]
     columns = [c for c in df.columns if c not in passing]
     _check_inputs(fn, columns)
-    results = schema_of(spark, output_schema, fn)
-    twice = sorted({n for n in results.fieldNames() if results.fieldNames().count(n) > 1})
-    if twice:
-        raise ConfigError("output_schema", output_schema, f"result columns named once each; twice: {twice}")
-    clash = [f.name for f in results.fields if f.name in df.columns]
-    if clash:
-        raise ConfigError(
-            "output_schema", output_schema, f"result columns not already in the input; clashing: {clash}"
-        )
+    results = _result_schema(df, output_schema, fn)
     fields = [f for f in df.schema.fields if f.name not in passing]
     fields += [StructField(f.name, f.dataType, True) for f in results.fields]
     if error_column is not None:
-        if not isinstance(error_column, str) or not error_column:
-            raise ConfigError("error_column", error_column, "a column name, or None")
-        if error_column in df.columns or error_column in results.fieldNames():
-            raise ConfigError("error_column", error_column, "a column name not already used")
+        _check_error_column(df, error_column, results)
         fields.append(StructField(error_column, ERROR_STRUCT, True))
     if event_time is not None and event_time not in df.columns:
         raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
@@ -199,26 +147,48 @@ def make_plan(
     if observed:
         fields, passthrough, passing = _with_task_column(fields, passthrough)
     out = StructType(fields + list(passthrough))
-    time_zone = session_time_zone(spark)
-    plan = Plan(
-        token=uuid.uuid4().hex,
-        function=fn,
-        settings=settings,
-        join=join,
+    time_zone = session_time_zone(df.sparkSession)
+    plan = plan_of(
+        spec,
+        fn,
         input_columns=columns,
         result_columns=results.fieldNames(),
         out_schema=arrow_schema(out, time_zone),
-        error_column=error_column,
         session_tz=time_zone,
+        join=join,
+        error_column=error_column,
+        defer=defer,
+        parked=parked,
         passthrough=tuple(passing),
-        sort_by=options.sort_in_task,
+        sort_by=sort_in_task,
         metrics=None if observed else metrics,
         task_column=TASK_COLUMN if observed else None,
-        backlog=_backlog_policy(options.backlog),
+        backlog=_backlog_policy(backlog),
         bounded=not df.isStreaming,
         event_time=event_time,
     )
     return plan, out, results
+
+
+def _result_schema(df: DataFrame, output_schema: Any, fn: Any) -> StructType:
+    results = schema_of(df.sparkSession, output_schema, fn)
+    names = results.fieldNames()
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError("output_schema", output_schema, f"result columns named once each; twice: {twice}")
+    clash = [n for n in names if n in df.columns]
+    if clash:
+        raise ConfigError(
+            "output_schema", output_schema, f"result columns not already in the input; clashing: {clash}"
+        )
+    return results
+
+
+def _check_error_column(df: DataFrame, error_column: Any, results: StructType) -> None:
+    if not isinstance(error_column, str) or not error_column:
+        raise ConfigError("error_column", error_column, "a column name, or None")
+    if error_column in df.columns or error_column in results.fieldNames():
+        raise ConfigError("error_column", error_column, "a column name not already used")
 
 
 def _with_task_column(

@@ -41,11 +41,11 @@ class ResultSchemaError(KeyedAsyncWaitError, TypeError):
 
 def key_text(plan: Any, record: dict[str, Any]) -> str:
     """The record's key, for messages (the key columns, else the first input columns)."""
-    key = plan.settings.key
-    if isinstance(key, str):
-        return repr(record.get(key))
-    if isinstance(key, (list, tuple)) and all(isinstance(k, str) for k in key):
-        return repr(tuple(record.get(k) for k in key))
+    fields = plan.spec.key_fields
+    if fields is not None and len(fields) == 1:
+        return repr(record.get(fields[0]))
+    if fields is not None:
+        return repr(tuple(record.get(k) for k in fields))
     return repr({c: record.get(c) for c in plan.input_columns[:3]})
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
-from ..core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkInfo
+from ..core.parking import ParkedBatch, ParkedItem, ParkInfo
 from .journal import StepJournal, TaskJournal
 from .memory import PeakMemory
 from .output import RowSource
@@ -44,7 +44,6 @@ STATE_FIELDS = (
 @dataclass(frozen=True)
 class ParkingPlan:
     time_cap: float | None  # seconds a task may start work for; None: no cap
-    defer: DeferPolicy | None  # with on_error="defer"
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     counts: Any = None  # accumulator: [new, replayed, peak KiB a task added, rows out, rows parked]
     batch_id: int = 0  # the micro-batch: what re-parked rows carry as their seg
@@ -117,11 +116,11 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     """mapInArrow body: replay this partition's parked rows, run the new ones until the time cap,
     and emit results (state column null) and the rows parked again (state set), as they come."""
     memory = PeakMemory()
-    task = Task(plan, defer=parking.defer, emit_parked=True)
+    task = Task(plan)
     source = task.source
-    key_of = task.op.key_selector
+    key_of = plan.spec.selector
     assert key_of is not None
-    journal = _task_journal(plan, parking, task.instance)
+    journal = _task_journal(plan, parking, task.adapter.instance)
     intake = _Intake(source, key_of, journal)
     cap = task.loop.call_later(parking.time_cap, task.op.hold) if parking.time_cap is not None else None
     parked_out = 0
@@ -139,7 +138,7 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
         if cap is not None:
             cap.cancel()
         if journal is not None:
-            task.instance.progress_sink = None
+            task.adapter.instance.progress_sink = None
             journal.close_sync()
             task.loop.run_until_complete(journal.aclose())
         task.report()

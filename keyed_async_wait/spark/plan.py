@@ -1,33 +1,39 @@
-"""The plan of a wait, as the tasks get it: what :func:`~keyed_async_wait.spark.options.make_plan`
-checked on the driver, pickled into the ``mapInArrow`` function; :func:`task_operator` builds a
-task's operator from it, the one place that does so. No pyspark here: this is the task side.
+"""The plan of a wait, as its tasks get it, and the one place that builds a task's operator.
+
+:func:`plan_of` is the one plan builder: the three waits and ``key_ordered_stream`` (on the
+driver, through :mod:`keyed_async_wait.spark.options`), the SQL table function and the SQL
+scalar function (in the task, from the task's settings) all call it, and it alone decides what
+follows from the output form: results leave as ``(record, results)`` pairs, a failure is an
+error row with an error column (or a parked row with a deferral), latency is tracked for
+metrics. :meth:`Plan.operator` is the one place a task's operator is made. No pyspark here:
+this is the task side.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.backlog import BacklogPolicy, Gear
 from ..core.elements import OutputMode
 from ..core.parking import DeferPolicy
-from ..core.settings import OperatorSettings
-from ..runtime.function import FunctionAdapter
+from ..core.spec import WaitSpec
+from ..runtime.backend import FunctionAdapter
 from ..runtime.operator import KeyedAsyncWaitOperator
 from .worker import shared
 
-__all__ = ["Plan", "task_operator"]
+__all__ = ["Plan", "plan_of"]
 
 
 @dataclass
 class Plan:
-    """Everything a task needs, built (and checked) on the driver, pickled into the mapInArrow
-    function."""
+    """Everything a task needs, built (and checked) before it runs; pickled into the task."""
 
-    token: str
+    token: str  # names the function's instance in each worker process
     function: Any
-    settings: OperatorSettings  # mode, key, capacity, timeout, retry, batch size, latency tracking
+    spec: WaitSpec  # the operator's options, as the task runs them (before a backlog gear)
     join: str  # "left" | "inner"
     input_columns: list[str]  # taken from the input batches as they are
     result_columns: list[str]
@@ -44,35 +50,49 @@ class Plan:
 
     @property
     def mode(self) -> OutputMode:
-        return self.settings.mode
+        return self.spec.mode
+
+    def operator(self, adapter: FunctionAdapter, gear: Gear | None = None) -> KeyedAsyncWaitOperator:
+        """The task's operator: the plan's spec in the task's backlog gear, over the process's
+        instance of the function (whose open and close the process owns)."""
+        return KeyedAsyncWaitOperator.from_spec(shared(adapter), self.spec.in_gear(gear))
 
 
-def task_operator(
-    plan: Plan,
-    adapter: FunctionAdapter,
-    gear: Gear | None = None,
+def plan_of(
+    spec: WaitSpec,
+    function: Any,
+    *,
+    input_columns: Sequence[str],
+    result_columns: Sequence[str],
+    out_schema: Any,
+    session_tz: str | None,
+    join: str = "left",
+    error_column: str | None = None,
     defer: DeferPolicy | None = None,
-    emit_parked: bool = False,
-) -> KeyedAsyncWaitOperator:
-    """A task's operator: the plan's settings, in the task's backlog gear, with the error
-    policy its output asks for (``defer``: parked state; an error column: emit; else fail)."""
-    settings = plan.settings
-    capacity, batch_size = settings.capacity, settings.batch_size
-    buffer_timeout: float | None = 0.0
-    if gear is not None and gear.is_backlog:
-        capacity, batch_size, buffer_timeout = max(capacity, gear.capacity), gear.batch_size, None
-    elif gear is not None:
-        batch_size = min(batch_size or gear.batch_size, gear.batch_size)
-        buffer_timeout = gear.buffer_timeout or 0.0
-    settings = dataclasses.replace(
-        settings,
-        capacity=capacity,
-        batch_size=batch_size,
-        buffer_timeout=buffer_timeout,
-        on_error="defer" if defer is not None else "emit" if plan.error_column else "fail",
-        defer=defer,
-        output="pairs",
-        track_latency=plan.metrics is not None or plan.task_column is not None,
-        emit_parked=emit_parked,
+    parked: bool = False,
+    token: str | None = None,
+    **edge: Any,
+) -> Plan:
+    """The plan of a wait of ``spec`` over ``function``: what its output form asks of the
+    operator decided here, once. ``defer``: failed records are parked for a later micro-batch;
+    ``parked``: records left unfinished leave as parked rows (``key_ordered_stream``); an
+    ``error_column``: a failure is that row's error; else it fails the task. ``edge``: the
+    other :class:`Plan` fields (passthrough, sort_by, metrics, task_column, backlog, bounded,
+    event_time)."""
+    on_error = "defer" if defer is not None else "emit" if error_column else "fail"
+    tracked = edge.get("metrics") is not None or edge.get("task_column") is not None
+    spec = spec.replaced(
+        output="pairs", on_error=on_error, defer=defer, emit_parked=parked, track_latency=tracked
     )
-    return KeyedAsyncWaitOperator.from_settings(shared(adapter), settings)
+    return Plan(
+        token=token or uuid.uuid4().hex,
+        function=function,
+        spec=spec,
+        join=join,
+        input_columns=list(input_columns),
+        result_columns=list(result_columns),
+        out_schema=out_schema,
+        error_column=error_column,
+        session_tz=session_tz,
+        **edge,
+    )

@@ -16,56 +16,43 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
-from lookup.base import Lookup
-from lookup.parts import LookupStats, ReportsLookupStats
-from lookup.writes import WriteStats
-
 from ..core.backlog import Gear
 from ..core.latency import LatencyHistogram
-from ..core.parking import DeferPolicy
-from ..runtime.chain import Chain
-from ..runtime.function import FunctionAdapter
+from ..runtime.backend import counters_of
 from .columnar import ColumnarRun, supports_columnar
 from .instances import Instances
+from .metrics import BACKEND_COUNTERS
 from .output import RowSource
-from .plan import Plan, task_operator
+from .plan import Plan
+from .runner import OUTPUT_ROWS
 from .worker import drive, gathered, worker_loop
 
-__all__ = ["Task", "instance_of", "lookup_counts", "run_partition"]
+__all__ = ["Task", "lookup_counts", "run_partition"]
 
 log = logging.getLogger(__name__)
 
-OUTPUT_ROWS = 4096  # operator outputs gathered into one Arrow batch (see Task.outputs)
 SAMPLE_EVERY = 0.05  # seconds between samples of the peak gauges (in flight, blocked keys)
 # a sample walks every record inside (its cost grows with capacity): the next one waits at
 # least this many times as long as the last one took, so sampling stays under 1/50 of the task
 SAMPLE_COST_SHARE = 50
 
-# a lookup's limits: what lookup_counts reads, under the names the metrics count them by
-THROTTLE_COUNTS = ("rejected_429", "unavailable_5xx", "short_circuited", "throttled_ms")
-WRITE_COUNTS = ("writes_applied", "writes_stale")
+# counts a backend reports (its counters()) that the task log line names first; the others follow
+SHOWN_FIRST = ("lookups", "cache_hits")
 
 
 class Task:
     """What one task runs and counts; :meth:`report` once at its end (in a ``finally``)."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        gear: Gear | None = None,
-        defer: DeferPolicy | None = None,
-        emit_parked: bool = False,
-    ) -> None:
+    def __init__(self, plan: Plan, gear: Gear | None = None) -> None:
         worker = worker_loop()
         self.plan, self.gear, self.loop = plan, gear, worker.loop
         self.collector = worker.collector
         self._collected = self.collector.sample()
         self._instances: Instances | None = worker.instances
-        adapter = worker.instances.acquire(plan.token, plan.function)  # released in report()
-        self.op = task_operator(plan, adapter, gear, defer, emit_parked)
+        self.adapter = worker.instances.acquire(plan.token, plan.function)  # released in report()
+        self.op = plan.operator(self.adapter, gear)
         self.source = RowSource(plan)
-        self.instance = instance_of(adapter)
-        self._before = lookup_counts(self.instance)
+        self._before = dict(self.adapter.counters())
         self._started = time.monotonic()
         self._cpu_started = time.process_time()  # the worker process's CPU: what executors pay
         self.rows_out = 0
@@ -101,7 +88,7 @@ class Task:
             self._instances.release(self.plan.token)
             self._instances = None
         plan, stats, columnar = self.plan, self.op.stats, self.columnar
-        after = lookup_counts(self.instance)
+        after = self.adapter.counters()
         lookups = {k: after[k] - self._before.get(k, 0) for k in after}
         records = stats.records_in + (columnar.records if columnar else 0)
         rows_out = self.rows_out + (columnar.rows_out if columnar else 0)
@@ -131,7 +118,7 @@ class Task:
             self.peak_blocked_keys,
             *(_ms(latency.percentile(p)) for p in (50, 95, 99)),
             self._collections(),
-            _throttle_text(self.instance, lookups),
+            _backend_text(lookups, self.adapter.gauges()),
         )
         counts = dict(
             records=records,
@@ -140,9 +127,7 @@ class Task:
             retries=stats.retries,
             timeouts=stats.timeouts,
             failures=stats.failures,
-            lookups=lookups.get("lookups", 0),
-            cache_hits=lookups.get("cache_hits", 0),
-            **{name: lookups.get(name, 0) for name in (*THROTTLE_COUNTS, *WRITE_COUNTS)},
+            **{name: lookups.get(name, 0) for name in BACKEND_COUNTERS},
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,
             backlog_tasks=int(gear is not None and gear.is_backlog),
@@ -182,10 +167,9 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
         log.info("async wait task: gear=%s because %s", gear.name, reason)
     task = Task(plan, gear)
     # backlog: identical lookups of the whole task are made once (a lookup's run-scoped cache)
-    instance = task.instance
     backlog = gear is not None and gear.is_backlog
     try:
-        with instance.memoized() if backlog and isinstance(instance, Lookup) else contextlib.nullcontext():
+        with task.adapter.memoized() if backlog else contextlib.nullcontext():
             yield from _run(plan, task, batches, backlog)
     except BaseException:
         task.report()
@@ -196,8 +180,8 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
 
 
 def _run(plan: Plan, task: Task, batches: Iterator[Any], backlog: bool) -> Iterator[Any]:
-    if backlog and supports_columnar(plan, task.instance):
-        task.columnar = columnar = ColumnarRun(plan, task.instance, task.loop)
+    if backlog and supports_columnar(plan, task.adapter):
+        task.columnar = columnar = ColumnarRun(plan, task.adapter.columnar, task.loop)
         yield from columnar.batches(batches)
         if columnar.pending is None:
             return
@@ -246,58 +230,18 @@ def _lag(plan: Plan, batches: list[Any]) -> float | None:
     return time.time() - stamp
 
 
-def instance_of(adapter: FunctionAdapter) -> Any:
-    return adapter.instance
-
-
 def lookup_counts(instance: Any) -> dict[str, int]:
-    """A lookup's counts; for a chain, its steps' summed; nothing for another function."""
-    if isinstance(instance, Chain):
-        total: dict[str, int] = {}
-        for step in instance.steps:
-            for name, value in lookup_counts(step.function).items():
-                total[name] = total.get(name, 0) + value
-        return total
-    # a lookup, or a function of lookups that reports their stats (kaw-enrich's OrderEnricher)
-    stats = instance.stats if isinstance(instance, ReportsLookupStats) else None
-    if isinstance(stats, WriteStats):  # a write action (RedisWrite, HttpWrite)
-        return {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
-    if not isinstance(stats, LookupStats):
-        return {}
-    counts = {"lookups": stats.requests, "cache_hits": stats.cache_hits, "deduplicated": stats.deduplicated}
-    throttle = instance.throttle_stats if isinstance(instance, Lookup) else None  # limits, once called
-    if throttle is not None:
-        counts.update(
-            rejected_429=throttle.rejected,
-            unavailable_5xx=throttle.unavailable,
-            short_circuited=throttle.short_circuited,
-            throttled_ms=int(throttle.throttled_s * 1000),
-        )
-    return counts
+    """What a backend (a lookup, a write, a chain, a function of the user's made of lookups) has
+    counted in this process so far: its ``counters()``, read through the backend protocol."""
+    return counters_of(instance)
 
 
-def _steps_text(instance: Any) -> str:
-    """A chain's part of the task log line: per step, its calls, failures, retries, misses,
-    records resumed past it and mean latency (in this worker process so far)."""
-    if not isinstance(instance, Chain):
-        return ""
-    stats = instance.stats
-    return "".join(
-        f" step[{name}]=calls:{s.calls},failures:{s.failures},retries:{s.retries},misses:{s.misses},"
-        f"resumed:{s.resumed},mean:{_ms(s.mean_latency)}"
-        for name, s in stats.items()
-    )
-
-
-def _throttle_text(instance: Any, lookups: dict[str, int]) -> str:
-    """The limits' part of the task log line (empty for a lookup without limits)."""
-    if isinstance(instance, Chain):
-        return _steps_text(instance)
-    throttle = instance.throttle_stats if isinstance(instance, Lookup) else None
-    if throttle is None:
-        return ""
-    counts = "".join(f" {name}={lookups.get(name, 0)}" for name in THROTTLE_COUNTS)
-    return f"{counts} limit={throttle.limit or '-'} breaker_opened={throttle.breaker_opened}"
+def _backend_text(counts: dict[str, int], gauges: Any) -> str:
+    """The backend's part of the task log line: the counts it reported that the line has not
+    named yet (limits: 429s, 5xx, short-circuited, throttled ms; writes: applied, stale), then
+    its gauges as they are now (an adaptive limit, a chain's steps)."""
+    shown = "".join(f" {name}={value}" for name, value in counts.items() if name not in SHOWN_FIRST)
+    return shown + "".join(f" {name}={value}" for name, value in gauges.items())
 
 
 def _ms(seconds: float | None) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
-from ..runtime.function import FunctionAdapter
+from ..runtime.backend import FunctionAdapter
 from .instances import Instances
 
 __all__ = [

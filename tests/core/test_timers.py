@@ -24,14 +24,16 @@ batches = st.lists(
 )
 
 
+def _never(entry: Entry) -> None:
+    raise AssertionError(f"no timer fires here ({entry!r})")
+
+
 def armed(plan: list[tuple[float, list[bool | None]]]) -> tuple[Timers, FakeLoop, list[Entry], list[Entry]]:
     """Timers with ``plan``'s batches armed; the entries, and those to disarm (shuffled across
     batches, so one call may span buckets, and include entries never armed)."""
     loop = FakeLoop()
-    run: Any = types.SimpleNamespace(
-        settings=types.SimpleNamespace(timeout=TIMEOUT), loop=loop, closing=False
-    )
-    timers = Timers(run)
+    run: Any = types.SimpleNamespace(spec=types.SimpleNamespace(timeout=TIMEOUT), loop=loop, closing=False)
+    timers = Timers(run, expired=_never, retry_now=_never)
     entries, gone = [], []
     for started, marks in plan:
         batch = [Entry(len(entries) + i, None, i) for i in range(len(marks))]

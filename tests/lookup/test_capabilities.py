@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from keyed_async_wait import Chain, Step
-from keyed_async_wait.runtime.function import (
+from keyed_async_wait.runtime.backend import (
     DeclaresInputs,
     DeclaresOutputSchema,
     DescribesCalls,

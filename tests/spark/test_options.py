@@ -13,12 +13,14 @@ import pytest
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, ConfigError
-from keyed_async_wait.core.config import ALL_KEYS
 from keyed_async_wait.core.exceptions import UnknownSettingError
 from keyed_async_wait.spark.compat import pyspark_version
+from keyed_async_wait.spark.session import known_keys
 from lookup import Field, HttpLookup
 
 from .calls import overlaps_and_disorder
+
+ALL_KEYS = known_keys()  # every spark.sql.exec.async-lookup.* key, to unset them
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat("options checked at the call")]
 

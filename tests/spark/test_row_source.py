@@ -26,7 +26,7 @@ def plan(join: str = "inner", errors: bool = False) -> Any:
     if errors:
         fields.append(("error", ERROR))
     return SimpleNamespace(
-        settings=SimpleNamespace(key="seq"),
+        spec=SimpleNamespace(key_fields=("seq",)),
         join=join,
         input_columns=["seq", "name"],
         result_columns=["v"],

@@ -15,11 +15,13 @@ import pytest
 
 import sql_ext
 from keyed_async_wait import ConfigError
-from keyed_async_wait.core.config import ALL_KEYS
 from keyed_async_wait.spark.compat import pyspark_version
+from keyed_async_wait.spark.session import known_keys
 from lookup import Field, HttpLookup, RedisLookup
 
 from .calls import overlaps_and_disorder, peak_concurrency
+
+ALL_KEYS = known_keys()  # every spark.sql.exec.async-lookup.* key, to unset them
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat("SQL functions")]
 

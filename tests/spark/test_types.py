@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, ConfigError
-from keyed_async_wait.core.config import ALL_KEYS
 from keyed_async_wait.spark.compat import pyspark_version
+from keyed_async_wait.spark.session import known_keys
+
+ALL_KEYS = known_keys()  # every spark.sql.exec.async-lookup.* key, to unset them
 
 pytestmark = [pytest.mark.spark, pytest.mark.compat("the three waits on every Spark type")]
 

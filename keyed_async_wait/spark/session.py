@@ -1,0 +1,87 @@
+"""What a wait reads from its session: the ``spark.sql.exec.async-lookup.*`` settings, the
+time zone and the shuffle partitions.
+
+The settings belong to groups: the operator's (:data:`~keyed_async_wait.core.spec.OPERATOR_SETTINGS`)
+and every group an installed package names under the ``keyed_async_wait.settings`` entry point
+(the lookups' cache, rate and breaker keys, ``lookup.settings``). A key no group knows is an
+error naming it and the closest known key; the operator's are read here, the others by the
+backend they configure (its ``configured(settings)``, given :attr:`SessionView.raw`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from ..core.config import PREFIX, SettingsGroup
+from ..core.spec import OPERATOR_SETTINGS, SessionSettings
+from .compat import session_settings
+
+__all__ = [
+    "SessionView",
+    "known_keys",
+    "other_groups",
+    "session_time_zone",
+    "session_view",
+    "shuffle_partitions",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINTS = "keyed_async_wait.settings"
+
+
+@functools.lru_cache(maxsize=1)
+def other_groups() -> tuple[SettingsGroup, ...]:
+    """The settings groups installed packages add (the ``keyed_async_wait.settings`` entry points)."""
+    groups = []
+    for point in metadata.entry_points(group=ENTRY_POINTS):
+        group = point.load()
+        if not isinstance(group, SettingsGroup):
+            raise TypeError(f"entry point {point.name} ({point.value}) of {ENTRY_POINTS} is no SettingsGroup")
+        groups.append(group)
+    if not groups:  # the package on sys.path without its metadata: every other key is unknown
+        log.warning("no %s entry points: only the operator's settings are known", ENTRY_POINTS)
+    return tuple(groups)
+
+
+def known_keys() -> tuple[str, ...]:
+    """Every ``spark.sql.exec.async-lookup.*`` key a session may set: the operator's and the
+    installed groups' (e.g. to unset them all)."""
+    return tuple(key for group in (OPERATOR_SETTINGS, *other_groups()) for key in group.full_keys)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session's ``spark.sql.exec.async-lookup.*`` settings, checked: the operator's, and
+    every one as set (for the backends that read their own)."""
+
+    operator: SessionSettings = field(default_factory=SessionSettings)
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any], known: tuple[SettingsGroup, ...] | None = None) -> SessionView:
+        """Checked against the operator's keys and ``known`` groups (default: the installed ones)."""
+        groups = other_groups() if known is None else known
+        given = {str(k): str(v) for k, v in raw.items() if str(k).startswith(PREFIX)}
+        return cls(SessionSettings.from_conf(given.get, present=given, others=groups), given)
+
+
+def session_view(spark: Any) -> SessionView:
+    """The session's settings, checked (a misspelt key is an error naming the closest known one)."""
+    return SessionView.of(session_settings(spark, PREFIX))
+
+
+def session_time_zone(spark: Any) -> str:
+    return str(spark.conf.get("spark.sql.session.timeZone"))
+
+
+def shuffle_partitions(spark: Any, num_partitions: int | None = None) -> int:
+    """``num_partitions``, else ``spark.sql.shuffle.partitions``."""
+    if num_partitions is not None:
+        return num_partitions
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
