@@ -33,8 +33,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from lookup import Field, HttpLookup, RedisLookup
-from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process

@@ -40,9 +40,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import DataFrame
 
 from keyed_async_wait import AsyncDataStream, Chain, KeyedAsyncWaitOperator, OperatorSnapshot, Step
+from keyed_async_wait.app.service import ServiceState, run_service
 from keyed_async_wait.core.chain import ChainProgress
 from lookup import Field, HttpLookup
-from lookup.service import ServiceState, run_service
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process

@@ -47,8 +47,8 @@ import psutil
 from pyspark.sql import DataFrame
 
 from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from lookup import Field, HttpLookup, RedisLookup
-from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process

@@ -40,9 +40,9 @@ from cpu import hand_http_batch, hand_redis, seed_prices
 from spark_throughput import KEYS, RETRY, hand_written, local_spark, source
 
 from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from keyed_async_wait.spark.worker import CollectorWatch
 from lookup import Field, HttpLookup, RedisLookup
-from lookup.embedded import redis_url_or_embedded
 
 TaskFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 

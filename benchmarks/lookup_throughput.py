@@ -27,9 +27,9 @@ import redis
 import redis.asyncio as aioredis
 
 from keyed_async_wait import KeyedAsyncWaitOperator
+from keyed_async_wait.app.embedded import redis_url_or_embedded
+from keyed_async_wait.app.service import free_port
 from lookup import HttpLookup, PartialCache, RedisLookup
-from lookup.embedded import redis_url_or_embedded
-from lookup.service import free_port
 
 
 def timed(n: int, body: Callable[[], Awaitable[int]]) -> float:
@@ -150,7 +150,16 @@ def service_process(latency: float, max_concurrent: int | None = None) -> Iterat
     port = free_port()
     cap = ["--max-concurrent", str(max_concurrent)] if max_concurrent is not None else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lookup.service", "--port", str(port), "--latency", str(latency), *cap],
+        [
+            sys.executable,
+            "-m",
+            "keyed_async_wait.app.service",
+            "--port",
+            str(port),
+            "--latency",
+            str(latency),
+            *cap,
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

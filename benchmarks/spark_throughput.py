@@ -45,9 +45,9 @@ from pyspark.sql import functions as F
 
 import sql_ext
 from keyed_async_wait import AsyncDataStream, RetryStrategy
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from keyed_async_wait.spark.compat import pyspark_version
 from lookup import Field, HttpLookup, RedisLookup
-from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process

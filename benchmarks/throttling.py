@@ -27,8 +27,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from keyed_async_wait import AsyncDataStream, RetryStrategy
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from lookup import Field, HttpLookup, Limits, SharedRate
-from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lookup_throughput import service_process

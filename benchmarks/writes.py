@@ -30,8 +30,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import DataFrame
 
 from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.app.embedded import redis_url_or_embedded
 from lookup import HttpWrite, RedisWrite
-from lookup.embedded import redis_url_or_embedded
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cpu import measure

@@ -30,14 +30,12 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, imported on first use
     from .spark.api import AsyncDataStream, split_errors
-    from .spark.journal import StepJournal
     from .spark.metrics import AsyncWaitMetrics
 
 _SPARK_NAMES = {
     "AsyncDataStream": "api",
     "split_errors": "api",
     "AsyncWaitMetrics": "metrics",
-    "StepJournal": "journal",
 }
 
 
@@ -54,7 +52,6 @@ def __getattr__(name: str) -> object:
 __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "AsyncDataStream",
     "AsyncWaitMetrics",
-    "StepJournal",
     "split_errors",
     "WHOLE_RECORD",
     "AsyncFunction",

@@ -6,6 +6,7 @@ key (e.g. the upsert key ``order_id``).
 
 from .base import Lookup, LookupStats
 from .cache import MISS, PartialCache
+from .declared import DeclaredSources
 from .exceptions import (
     BadResponseError,
     CertificateError,
@@ -22,7 +23,9 @@ from .exceptions import (
 from .fields import Field
 from .http_lookup import HttpLookup
 from .http_write import HttpWrite
+from .journal import StepJournal
 from .limits import Limits, SharedRate, ThrottleStats
+from .redis_connect import RedisConnection
 from .redis_lookup import RedisLookup
 from .redis_write import RedisWrite
 from .secrets import Secret
@@ -34,6 +37,7 @@ __all__ = [
     "BadResponseError",
     "CertificateError",
     "CircuitOpenError",
+    "DeclaredSources",
     "Field",
     "HttpLookup",
     "HttpWrite",
@@ -45,11 +49,13 @@ __all__ = [
     "LookupTimeoutError",
     "PartialCache",
     "RateLimitedError",
+    "RedisConnection",
     "RedisLookup",
     "RedisWrite",
     "Secret",
     "ServiceUnavailableError",
     "SharedRate",
+    "StepJournal",
     "Template",
     "TemplateError",
     "ThrottleStats",

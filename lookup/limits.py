@@ -4,7 +4,7 @@ circuit breaker, per lookup and worker process.
 :class:`Limits` is the plain, picklable description a lookup is given; :class:`Gate` is made
 from it lazily inside the event loop that uses it, and every call of the lookup passes through
 it: :meth:`Gate.enter` before the call, :meth:`Gate.leave` with its outcome after. The gate
-only awaits what the pure policies of :mod:`keyed_async_wait.core.throttle` decide.
+only awaits what the pure policies of :mod:`lookup.throttle` decide.
 
 Invariants: calls in flight never exceed the adaptive limit (when on); call starts never exceed
 ``burst + rate * T`` in ``T`` seconds; after a ``Retry-After`` no call of the lookup starts
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.core.throttle import AimdLimit, CircuitBreaker, TokenBucket
 
 from .exceptions import CircuitOpenError, LookupTimeoutError, RateLimitedError, ServiceUnavailableError
 from .shared_rate import SharedBuckets, SharedRate
+from .throttle import AimdLimit, CircuitBreaker, TokenBucket
 
 __all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats"]
 

@@ -38,16 +38,17 @@ class RedisLookup(LoopClient, Lookup):
     key (or an empty hash) is a miss. Batches go through one MGET (GET) or one pipeline
     (the hash commands).
 
-    Connection: ``url`` (``redis://``, ``rediss://``, ``unix://``), ``db``, and the password from
-    ``password_env`` (or inside the URL); one connection pool per worker process and loop, made
-    on first use.
+    Connection: ``url`` (``redis://``, ``rediss://``, ``unix://``), ``db``, the password from
+    ``password_env`` (or inside the URL), ``ca_file``, ``client_cert`` and ``client_key`` for TLS;
+    or a :class:`~lookup.RedisConnection` made once for every Redis part. One connection pool per
+    worker process and loop, made on first use.
     """
 
     service_name = "redis"
 
     def __init__(
         self,
-        url: str,
+        url: str | RedisConnection,
         key: str,
         *,
         command: str = "GET",
@@ -60,6 +61,8 @@ class RedisLookup(LoopClient, Lookup):
         max_connections: int = 100,
         socket_timeout: float = 5.0,
         ca_file: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
@@ -73,7 +76,16 @@ class RedisLookup(LoopClient, Lookup):
             error_body_chars=error_body_chars,
             limits=limits,
         )
-        self.connection = RedisConnection(url, db, password_env, max_connections, socket_timeout, ca_file)
+        self.connection = RedisConnection.of(
+            url,
+            db=db,
+            password_env=password_env,
+            max_connections=max_connections,
+            socket_timeout=socket_timeout,
+            ca_file=ca_file,
+            client_cert=client_cert,
+            client_key=client_key,
+        )
         command = command.upper()
         if command not in COMMANDS:
             raise LookupOptionError("command", f"command={command!r}; allowed: {', '.join(COMMANDS)}")

@@ -112,8 +112,8 @@ class RedisWrite(Write):
     at_least_once : bool
         Write without a version: no fencing, so a re-run writes again and may write an older
         value over a newer one.
-    db, password_env, max_connections, socket_timeout, ca_file
-        As :class:`RedisLookup`.
+    db, password_env, max_connections, socket_timeout, ca_file, client_cert, client_key
+        As :class:`RedisLookup` (``url`` may be a :class:`~lookup.RedisConnection` instead).
     """
 
     service_name = "redis"
@@ -121,7 +121,7 @@ class RedisWrite(Write):
 
     def __init__(
         self,
-        url: str,
+        url: str | RedisConnection,
         key: str,
         *,
         command: str = "SET",
@@ -137,6 +137,8 @@ class RedisWrite(Write):
         max_connections: int = 100,
         socket_timeout: float = 5.0,
         ca_file: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
     ) -> None:
         command = str(command).upper()
         if command not in COMMANDS:
@@ -150,7 +152,16 @@ class RedisWrite(Write):
             raise LookupOptionError("ttl", f"ttl={ttl!r}; allowed: seconds > 0, or None")
         if not tombstone_ttl > 0:
             raise LookupOptionError("tombstone_ttl", f"tombstone_ttl={tombstone_ttl!r}; allowed: seconds > 0")
-        self.connection = RedisConnection(url, db, password_env, max_connections, socket_timeout, ca_file)
+        self.connection = RedisConnection.of(
+            url,
+            db=db,
+            password_env=password_env,
+            max_connections=max_connections,
+            socket_timeout=socket_timeout,
+            ca_file=ca_file,
+            client_cert=client_cert,
+            client_key=client_key,
+        )
         self.key = Template(key)
         self.command = command
         self.deleted = deleted

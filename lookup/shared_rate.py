@@ -3,7 +3,7 @@ its tokens from one bucket, so R calls/s hold however many tasks run, and execut
 and go change nothing.
 
 The bucket is one Redis hash (``kaw:rate:<name>``: tokens, last) and one Lua script that does
-what :class:`keyed_async_wait.core.throttle.TokenBucket` does, atomically, on the server's clock:
+what :class:`lookup.throttle.TokenBucket` does, atomically, on the server's clock:
 add what the time since the last reservation earned (up to ``burst``), take ``n``, and answer
 how long the caller waits before its tokens are there. Reservations queue as in the local
 bucket: each waits for the ones before it. The hash expires once it would be full again, so an
@@ -16,11 +16,12 @@ Invariant: over any ``T`` seconds, calls that reserved from one budget started a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .exceptions import ServiceUnavailableError
-from .secrets import redact_url
+from .redis_connect import RedisConnection
 
 __all__ = ["SharedRate"]
 
@@ -39,30 +40,33 @@ return tostring(-tokens / rate)
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SharedRate:
-    """Where a job-wide budget lives: a Redis URL and the budget's name (the lookups that share
+    """Where a job-wide budget lives: a Redis and the budget's name (the lookups that share
     one name share its calls/s). The URL's password never shows in a repr or an error.
 
     Parameters
     ----------
-    url : str
-        ``redis://[:password@]host:port/db``.
+    redis : str or RedisConnection
+        ``redis://[:password@]host:port/db``, or a :class:`~lookup.RedisConnection` (TLS, a
+        password from the environment, ...) shared with the other Redis parts.
     name : str
         The budget's name; its key is ``kaw:rate:<name>`` (and ``kaw:keys:<name>`` for keys/s).
+    **options
+        The :class:`~lookup.RedisConnection` options, with a URL.
     """
 
-    url: str = field(repr=False)
+    connection: RedisConnection = field(repr=False)
     name: str
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("shared url", redact_url(str(self.url)), "a redis://, rediss:// or unix:// URL")
-        if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
-            raise ConfigError("shared name", self.name, "a non-empty name without spaces")
+    def __init__(self, redis: str | RedisConnection, name: str, **options: Any) -> None:
+        object.__setattr__(self, "connection", RedisConnection.of(redis, **options))
+        object.__setattr__(self, "name", name)
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+            raise ConfigError("shared name", name, "a non-empty name without spaces")
 
     def __repr__(self) -> str:
-        return f"SharedRate(url={redact_url(self.url)!r}, name={self.name!r})"
+        return f"SharedRate(url={self.connection.shown!r}, name={self.name!r})"
 
     def connect(self) -> SharedBuckets:
         """The asyncio side, made inside the event loop that uses it."""
@@ -73,10 +77,8 @@ class SharedBuckets:
     """The Redis client and script of one :class:`SharedRate` in one event loop."""
 
     def __init__(self, shared: SharedRate) -> None:
-        import redis.asyncio as redis
-
         self.shared = shared
-        self._client = redis.Redis.from_url(shared.url)
+        self._client = shared.connection.client()
         self._script = self._client.register_script(_RESERVE)
 
     async def reserve(
@@ -90,7 +92,7 @@ class SharedBuckets:
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             # from None: the client's error may carry the URL with its password
             raise ServiceUnavailableError(
-                f"not called: the shared rate budget {self.shared.name!r} at {redact_url(self.shared.url)} "
+                f"not called: the shared rate budget {self.shared.name!r} at {self.shared.connection.shown} "
                 f"cannot be reached ({type(exc).__name__}), and no call starts without it",
                 lookup_key=lookup_key,
                 service=service,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .allowlist import DeclaredSources
 from .exceptions import ConfigError, TableArgumentError, UnknownSourceError
 from .modes import CHANGE_COLUMNS, Decision, InputShape, decide, describe_input
 
@@ -25,7 +24,6 @@ __all__ = [
     "AsyncLookupSQL",
     "ConfigError",
     "Decision",
-    "DeclaredSources",
     "InputShape",
     "TableArgumentError",
     "UnknownSourceError",

@@ -13,9 +13,8 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.spark.options import ERROR_STRUCT
 
-from .allowlist import DeclaredSources
 from .buckets import DEFAULT_BUCKETS, bucket_expression
-from .declared import DECLARED_KINDS, DECLARED_OPTIONS, declared_source
+from .declared import DECLARED_KINDS, DECLARED_OPTIONS, Declarations, declared_source
 from .exceptions import TableArgumentError, UnknownSourceError
 from .modes import InputShape, describe_input
 from .sources import LookupSource
@@ -78,7 +77,7 @@ def analyze(
     table: Any,
     source: Any,
     options: Mapping[str, Any],
-    allowed: DeclaredSources | None = None,
+    allowed: Declarations | None = None,
     spread: list[int] | None = None,
     default_buckets: int = DEFAULT_BUCKETS,
 ) -> LookupAnalysis:
@@ -165,7 +164,7 @@ def _resolve_source(
     sources: Mapping[str, LookupSource],
     name: str,
     spec: dict[str, Any],
-    allowed: DeclaredSources | None,
+    allowed: Declarations | None,
 ) -> tuple[LookupSource, LookupSource | None]:
     """The source named, and whether it was declared in the call itself (inline)."""
     if name in sources and not spec:

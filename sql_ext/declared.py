@@ -12,7 +12,7 @@ string, int, bigint, long, double, float, boolean; the path is dotted, into the 
 ``optional`` field may be absent from an answer, any other must be there).
 
 Declared sources are off unless the Python code that calls :func:`sql_ext.install` passes a
-:class:`~sql_ext.allowlist.DeclaredSources` allow-list, and a URL must be under it. Secrets
+:class:`lookup.DeclaredSources` allow-list, and a URL must be under it. Secrets
 are not accepted in SQL text (it ends up in plans and logs): register such a source in Python.
 Errors of declared sources show no part of a service's answer.
 
@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from keyed_async_wait.core.exceptions import ConfigError
 
-from .allowlist import DeclaredSources
 from .sources import LookupSource, make_source
 
-__all__ = ["DECLARED_KINDS", "DECLARED_OPTIONS", "declared_source"]
+__all__ = ["DECLARED_KINDS", "DECLARED_OPTIONS", "Declarations", "declared_source"]
 
 DECLARED_KINDS = ("http", "redis")
 _OPTIONS = {"http": ("url", "batch_url", "key", "method", "fields"), "redis": ("url", "key", "fields")}
@@ -46,9 +45,24 @@ _FIELD_TYPES = {
     "boolean": "bool",
     "bool": "bool",
 }
+Declared = tuple[str, str, str | None, bool]  # a declared field: name, type, path, optional
+_ENABLE = (
+    "declared sources are off: the Python code that calls sql_ext.install() enables them with "
+    "declared_sources=DeclaredSources(http=[URL prefixes], redis=[Redis URLs]) (from lookup)"
+)
 
 
-def _fields(text: Any) -> list[tuple[str, str, str | None, bool]]:
+@runtime_checkable
+class Declarations(Protocol):
+    """What the Python code that installs the functions allows a SQL user to declare
+    (``lookup.DeclaredSources``): it checks a declaration's URLs and makes its lookup."""
+
+    def declare(
+        self, kind: str, options: Mapping[str, Any], fields: list[tuple[str, str, str | None, bool]]
+    ) -> Any: ...
+
+
+def _fields(text: Any) -> list[Declared]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("fields", text, "result columns as 'name type [path], ...', e.g. 'name string'")
     out = []
@@ -69,12 +83,10 @@ def _fields(text: Any) -> list[tuple[str, str, str | None, bool]]:
     return out
 
 
-def declared_source(kind: str, options: Mapping[str, Any], allowed: DeclaredSources | None) -> LookupSource:
+def declared_source(kind: str, options: Mapping[str, Any], allowed: Declarations | None) -> LookupSource:
     """The source a SQL call declares; ConfigError naming the argument on anything wrong, or on
     a service ``allowed`` (the list the Python code gave to install) does not name."""
     from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
-
-    from lookup import Field, HttpLookup, RedisLookup
 
     given = {name: value for name, value in options.items() if value is not None}
     unknown = sorted(set(given) - set(_OPTIONS[kind]))
@@ -85,32 +97,17 @@ def declared_source(kind: str, options: Mapping[str, Any], allowed: DeclaredSour
     for required in ("url", "fields") + (("key",) if kind == "redis" else ()):
         if required not in given:
             raise ConfigError(required, None, f"a '{kind}' source declared in SQL needs {required} => '...'")
-    policy = allowed or DeclaredSources()
-    for option in ("url", "batch_url"):
-        if option in given:
-            check = policy.check_http if kind == "http" else policy.check_redis
-            check(option, str(given[option]))
+    if allowed is None:
+        raise ConfigError("url", given["url"], _ENABLE)
     if kind == "http" and str(given.get("method", "GET")).upper() != "GET":
         raise ConfigError(
             "method", given["method"], "'GET' (a declared source only reads; batch_url takes a POST)"
         )
     fields = _fields(given["fields"])
-    declared = [Field(name, kind_, path, optional=optional) for name, kind_, path, optional in fields]
+    target = {name: str(value) for name, value in given.items() if name not in ("fields", "method")}
+    lookup = allowed.declare(kind, target, fields)
     spark_types = {"string": StringType(), "int": LongType(), "float": DoubleType(), "bool": BooleanType()}
     schema = StructType([StructField(name, spark_types[kind_], True) for name, kind_, _, _ in fields])
-    try:
-        if kind == "http":
-            lookup: Any = HttpLookup(
-                given["url"],
-                batch_url=given.get("batch_url"),
-                key=given.get("key"),
-                fields=declared,
-                error_body_chars=0,  # a SQL user reads errors: no answers of services echoed
-            )
-        else:
-            lookup = RedisLookup(given["url"], given["key"], fields=declared, error_body_chars=0)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"'{kind}' source", dict(given), str(exc)) from exc
     spec = repr(sorted((k, str(v)) for k, v in given.items()))
     token = "sql:" + hashlib.blake2b(f"{kind}{spec}".encode(), digest_size=12).hexdigest()
     ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)

@@ -12,8 +12,8 @@ from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.metrics import is_connect
 from keyed_async_wait.spark.session import session_time_zone, session_view
 
-from .allowlist import DeclaredSources
 from .buckets import bucketing
+from .declared import Declarations
 from .exceptions import ConfigError
 from .modes import Decision, decide, describe_input
 from .scalar import return_type, scalar_function
@@ -48,7 +48,7 @@ class AsyncLookupSQL:
         self,
         spark: Any,
         table_function: str,
-        declared_sources: DeclaredSources | None = None,
+        declared_sources: Declarations | None = None,
         allow_writes: bool = False,
         arrow: bool | None = None,
     ) -> None:
@@ -163,7 +163,7 @@ def install(
     sources: Mapping[str, Any] | None = None,
     *,
     table_function: str = "async_lookup",
-    declared_sources: DeclaredSources | None = None,
+    declared_sources: Declarations | None = None,
     allow_writes: bool = False,
     error_field: str | None = None,
     arrow: bool | None = None,
@@ -175,7 +175,8 @@ def install(
     ``spark.sql.exec.async-lookup.*`` settings are checked now (and again in every task).
 
     ``declared_sources``: the services a SQL user may name in the query itself (``'http'`` and
-    ``'redis'`` sources of the table function); without it, none. Nothing in SQL widens it.
+    ``'redis'`` sources of the table function), a :class:`lookup.DeclaredSources`; without it,
+    none. Nothing in SQL widens it.
 
     ``allow_writes``: whether ``sources`` may hold writes (:class:`lookup.RedisWrite`,
     :class:`lookup.HttpWrite`), which change a store whenever a query calls them; refused
@@ -193,7 +194,7 @@ def install(
     serves the same source.
     """
     compat.require_table_function()
-    if declared_sources is not None and not isinstance(declared_sources, DeclaredSources):
+    if declared_sources is not None and not isinstance(declared_sources, Declarations):
         raise ConfigError(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
         )

@@ -40,10 +40,10 @@ from typing import Any
 
 from keyed_async_wait.spark.compat import at_group_boundary
 
-from .allowlist import DeclaredSources
 from .analysis import DEFAULT_BUCKETS, LookupAnalysis, analyze
 from .arrow_call import ArrowTableCall
 from .calls import TableCall
+from .declared import Declarations
 from .groups import SharedCalls
 from .sources import LookupSource
 
@@ -54,7 +54,7 @@ def table_function_class(
     sources: Mapping[str, LookupSource],
     decisions: Any,
     time_zone: str,
-    allowed: DeclaredSources | None,
+    allowed: Declarations | None,
     spread: list[int] | None = None,
     arrow: bool = False,
     default_buckets: int = DEFAULT_BUCKETS,

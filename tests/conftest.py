@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lookup.embedded import redis_url_or_embedded
-from lookup.service import ServiceState, run_service
+from keyed_async_wait.app.embedded import redis_url_or_embedded
+from keyed_async_wait.app.service import ServiceState, run_service
 
 from .compat_report import Recorder, feature_of, recorder_from_env
 

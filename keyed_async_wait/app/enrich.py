@@ -117,7 +117,7 @@ def embedded_services(args: argparse.Namespace) -> Iterator[tuple[str, str, Any]
         state = None
         http_url = args.http_url
         if http_url is None:
-            from lookup.service import ServiceState, run_service
+            from keyed_async_wait.app.service import ServiceState, run_service
 
             http_url, state = stack.enter_context(
                 run_service(ServiceState(latency=args.latency, jitter=args.latency))
@@ -127,7 +127,7 @@ def embedded_services(args: argparse.Namespace) -> Iterator[tuple[str, str, Any]
         if redis_url is None:
             import redis
 
-            from lookup.embedded import embedded_redis
+            from keyed_async_wait.app.embedded import embedded_redis
 
             redis_url = stack.enter_context(embedded_redis())
             client = redis.Redis.from_url(redis_url)

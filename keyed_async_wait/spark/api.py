@@ -26,7 +26,7 @@ from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
-from .journal import StepJournal, journal_prefix
+from .journal import ProgressJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
@@ -245,7 +245,7 @@ class AsyncDataStream:
         keep_versions: int = 3,
         replay_rows: int | None = None,
         state_window: int = 16,
-        step_journal: StepJournal | None = None,
+        step_journal: ProgressJournal | None = None,
         timeout: float | None = None,
         capacity: int | None = None,
         retry: RetryStrategy | None = None,
@@ -280,7 +280,7 @@ class AsyncDataStream:
             Parked rows replayed per micro-batch at most.
         state_window : int
             Micro-batches a segment of state lives before it is compacted.
-        step_journal : StepJournal, optional
+        step_journal : lookup.StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
         key, order_by, num_partitions, df, fn, timeout, capacity, retry, output_schema, join
@@ -411,8 +411,8 @@ def _key_ordered_stream(
 def _journal_of(fn: Any, journal: Any, checkpoint: str) -> dict[str, Any]:
     if journal is None:
         return {}
-    if not isinstance(journal, StepJournal):
-        raise ConfigError("step_journal", journal, "a StepJournal(url), or None")
+    if not isinstance(journal, ProgressJournal):
+        raise ConfigError("step_journal", journal, "a StepJournal(url) (from lookup), or None")
     if not isinstance(fn, Chain):
         raise ConfigError("step_journal", journal, "None unless fn is a Chain (it journals a chain's steps)")
     return {"journal": journal, "journal_prefix": journal_prefix(checkpoint)}

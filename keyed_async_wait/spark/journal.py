@@ -1,123 +1,51 @@
-"""A step journal for chains in ``key_ordered_stream``: each step a record finishes is written
-to Redis before the next step starts, so a micro-batch re-run after a crash (SIGKILL of the
-driver or an executor) resumes every record at the step it reached.
-
-Parked state keeps a chain's progress across micro-batches; the journal covers the micro-batch
-that dies: its records are read again from the source, and without a journal they would run
-every step again. Entries live in one Redis hash per micro-batch
-(``kaw:journal:<checkpoint>:<batch>``; a field per record: a hash of its input columns), which
-expires after ``ttl`` seconds and is deleted once the next micro-batch starts (Spark starts
-micro-batch ``n`` only after ``n - 1`` committed, and never re-runs a committed one).
-
-Invariant: a step whose result is in the journal never runs again for that record in a re-run
-of the micro-batch; at-least-once holds for the step that was in flight (and for a step whose
-answer arrived but whose journal write had not finished).
-"""
+"""What ``key_ordered_stream`` asks of a chain's step journal (:class:`ProgressJournal`), and the
+names it gives the journal of each micro-batch. The journal itself is a backend's
+(``lookup.StepJournal`` keeps it in Redis); nothing here knows one."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from ..core.chain import PROGRESS_FIELD, ChainProgress
-from ..core.exceptions import ConfigError
+from ..core.chain import ChainProgress
 
-__all__ = ["StepJournal", "TaskJournal", "journal_prefix"]
+__all__ = ["ProgressJournal", "TaskProgress", "journal_prefix"]
 
 
-@dataclass(frozen=True)
-class StepJournal:
-    """Where a chain's step journal lives.
+class TaskProgress(Protocol):
+    """One task's side of a micro-batch's journal."""
 
-    Parameters
-    ----------
-    url : str
-        ``redis://[:password@]host:port/db`` (the password never shows in a repr or an error).
-    ttl : float
-        Seconds a micro-batch's journal is kept at most (it is deleted sooner, once the next
-        micro-batch starts).
-    """
+    resumed: int  # rows that came with journaled progress
 
-    url: str = field(repr=False)
-    ttl: float = 86_400.0
+    def load(self, rows: list[dict[str, Any]]) -> None:
+        """Give read rows the progress journaled for them (a re-run resumes there)."""
+        ...
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("step_journal url", "(not shown)", "a redis://, rediss:// or unix:// URL")
-        if not isinstance(self.ttl, (int, float)) or not self.ttl > 0:
-            raise ConfigError("step_journal ttl", self.ttl, "seconds > 0")
+    async def write(self, record: Any, progress: ChainProgress) -> None:
+        """Journal a step the record finished (before its next step starts)."""
+        ...
 
-    def __repr__(self) -> str:
-        from lookup.secrets import redact_url
+    def close_sync(self) -> None: ...
 
-        return f"StepJournal(url={redact_url(self.url)!r}, ttl={self.ttl})"
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ProgressJournal(Protocol):
+    """Where a chain's finished steps are journaled, so that a micro-batch re-run after a crash
+    resumes every record at the step it reached."""
+
+    def for_task(self, name: str, columns: Sequence[str]) -> TaskProgress:
+        """A task's side of the journal named ``name``, records named by ``columns``."""
+        ...
 
     def forget(self, prefix: str, batch_id: int) -> None:
-        """Delete micro-batch ``batch_id``'s journal (driver side, once it has committed)."""
-        import redis
-
-        client = redis.Redis.from_url(self.url)
-        try:
-            client.delete(f"{prefix}:{batch_id}")
-        finally:
-            client.close()
+        """Delete micro-batch ``batch_id``'s journal (it has committed)."""
+        ...
 
 
 def journal_prefix(checkpoint: str) -> str:
+    """The name of a query's journals: a hash of its checkpoint (``<prefix>:<batch_id>`` each)."""
     digest = hashlib.blake2b(checkpoint.rstrip("/").encode(), digest_size=8).hexdigest()
     return f"kaw:journal:{digest}"
-
-
-def record_id(record: dict[str, Any], columns: Sequence[str]) -> str:
-    """A record's name in the journal: a hash of its input columns (the same in a re-run)."""
-    values = repr(tuple(record.get(c) for c in columns)).encode()
-    return hashlib.blake2b(values, digest_size=12).hexdigest()
-
-
-class TaskJournal:
-    """One task's side: :meth:`load` gives read rows the progress journaled for them (a sync
-    client, in the intake), :meth:`write` journals a finished step (async, in the task's loop)."""
-
-    def __init__(self, journal: StepJournal, name: str, columns: Sequence[str]) -> None:
-        self.journal, self.name, self.columns = journal, name, tuple(columns)
-        self._sync: Any = None
-        self._async: Any = None
-        self._expiring = False
-        self.resumed = 0  # rows that came with journaled progress
-
-    def load(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        if self._sync is None:
-            import redis
-
-            self._sync = redis.Redis.from_url(self.journal.url)
-        ids = [record_id(row, self.columns) for row in rows]
-        for row, text in zip(rows, self._sync.hmget(self.name, ids), strict=True):
-            if text:
-                row[PROGRESS_FIELD] = text.decode() if isinstance(text, bytes) else text
-                self.resumed += 1
-
-    async def write(self, record: Any, progress: ChainProgress) -> None:
-        if not isinstance(record, dict):
-            return
-        if self._async is None:
-            import redis.asyncio as aredis
-
-            self._async = aredis.Redis.from_url(self.journal.url)
-        await self._async.hset(self.name, record_id(record, self.columns), progress.encode())
-        if not self._expiring:
-            self._expiring = True
-            await self._async.expire(self.name, int(self.journal.ttl))
-
-    def close_sync(self) -> None:
-        client, self._sync = self._sync, None
-        if client is not None:
-            client.close()
-
-    async def aclose(self) -> None:
-        client, self._async = self._async, None
-        if client is not None:
-            await client.aclose()

@@ -19,7 +19,7 @@ from typing import Any
 from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
 from ..core.parking import ParkedBatch, ParkedItem, ParkInfo
-from .journal import StepJournal, TaskJournal
+from .journal import ProgressJournal, TaskProgress
 from .memory import PeakMemory
 from .output import RowSource
 from .plan import Plan
@@ -47,7 +47,7 @@ class ParkingPlan:
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     counts: Any = None  # accumulator: [new, replayed, peak KiB a task added, rows out, rows parked]
     batch_id: int = 0  # the micro-batch: what re-parked rows carry as their seg
-    journal: StepJournal | None = None  # a chain's step journal (spark.journal)
+    journal: ProgressJournal | None = None  # a chain's step journal (spark.journal)
     journal_prefix: str = ""  # its hash names: <prefix>:<batch_id>
 
 
@@ -84,7 +84,7 @@ def _state(item: ParkedItem, seg: int, order: int, max_parallelism: int) -> dict
 class _Intake:
     """The partition as operator chunks: ParkedBatch for parked rows, lists for new ones."""
 
-    def __init__(self, source: RowSource, key_of: Any, journal: TaskJournal | None = None) -> None:
+    def __init__(self, source: RowSource, key_of: Any, journal: TaskProgress | None = None) -> None:
         self.source, self.key_of, self.journal = source, key_of, journal
         self.new = self.replayed = 0
 
@@ -147,12 +147,12 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
             parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out])
 
 
-def _task_journal(plan: Plan, parking: ParkingPlan, instance: Any) -> TaskJournal | None:
+def _task_journal(plan: Plan, parking: ParkingPlan, instance: Any) -> TaskProgress | None:
     """The task's side of the step journal, hooked into the chain (None without one)."""
     if parking.journal is None:
         return None
     columns = [c for c in plan.input_columns if c != STATE_COLUMN]
-    journal = TaskJournal(parking.journal, f"{parking.journal_prefix}:{parking.batch_id}", columns)
+    journal = parking.journal.for_task(f"{parking.journal_prefix}:{parking.batch_id}", columns)
     instance.progress_sink = journal.write
     return journal
 

@@ -10,6 +10,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RecordTimeoutError, RetryStrategy
+from keyed_async_wait.app.service import free_port, profile_of
 from lookup import (
     BadResponseError,
     Field,
@@ -22,7 +23,6 @@ from lookup import (
 from lookup.http_client import AiohttpTransport, make_transport
 from lookup.http_lean import LeanTransport
 from lookup.http_options import ClientOptions
-from lookup.service import free_port, profile_of
 
 from ..core.helpers import run
 

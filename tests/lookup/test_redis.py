@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError
+from keyed_async_wait.app.service import free_port
 from lookup import BadResponseError, Field, RedisLookup, ServiceUnavailableError, WrongTypeError
-from lookup.service import free_port
 
 from ..core.helpers import run
 
@@ -160,7 +160,7 @@ def test_an_embedded_redis_dies_with_the_process_that_started_it() -> None:
 
     from ..processes import group, wait_exit
 
-    lines = ["from lookup.embedded import embedded_redis", "with embedded_redis() as url:"]
+    lines = ["from keyed_async_wait.app.embedded import embedded_redis", "with embedded_redis() as url:"]
     script = "\n".join([*lines, "    print(url, flush=True)", "    input()"])
     root = Path(__file__).parents[2]
     with group(

@@ -56,7 +56,8 @@ def main() -> int:
     )
     journal: dict[str, Any] = {}
     if args.journal:  # the customer, then the boss by a field of the customer's answer
-        from keyed_async_wait import Chain, Step, StepJournal
+        from keyed_async_wait import Chain, Step
+        from lookup import StepJournal
 
         boss = HttpLookup(
             args.url + "/users/{boss}",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import lookup
 import sql_ext
 from keyed_async_wait import ConfigError
 from keyed_async_wait.spark.compat import pyspark_version
@@ -320,7 +321,7 @@ def test_bad_table_function_calls_fail_at_analysis(
     spark: Any, sql: Any, service: Any, orders: Any, call: str, message: str
 ) -> None:
     url, state = service
-    allowed = sql_ext.DeclaredSources(http=["http://x/"], redis=["redis://x"])
+    allowed = lookup.DeclaredSources(http=["http://x/"], redis=["redis://x"])
     sql_ext.install(spark, {"users": users(url)}, declared_sources=allowed)
     with pytest.raises(Exception) as failure:
         sql(f"SELECT * FROM {call}")
@@ -353,9 +354,7 @@ def test_sources_declared_in_sql_itself(
     for user in range(40):
         client.set(f"sqlscore:{user}", json.dumps({"score": user / 2, "meta": {"level": user % 4}}))
     client.close()
-    sql_ext.install(
-        spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"], redis=[redis_url])
-    )
+    sql_ext.install(spark, declared_sources=lookup.DeclaredSources(http=[url + "/users/"], redis=[redis_url]))
     sql(f"SET `{P}output-mode`=ALLOW_UNORDERED")
     sql(f"SET `{P}key-ordered-enabled`=true")
     http = sql(
@@ -423,7 +422,7 @@ def test_an_allow_list_bounds_what_sql_may_call(
     spark: Any, sql: Any, service: Any, orders: Any, url_template: str, message: str
 ) -> None:
     url, state = service
-    sql_ext.install(spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"]))
+    sql_ext.install(spark, declared_sources=lookup.DeclaredSources(http=[url + "/users/"]))
     target = url_template.format(base=url)
     with pytest.raises(Exception) as failure:
         sql(f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{target}', fields => 'name string')")
@@ -442,7 +441,7 @@ def test_a_source_reading_a_column_the_table_lacks_fails_at_analysis(
 ) -> None:
     url, state = service
     customers = HttpLookup(url + "/users/{customer_id}", fields=[Field("name")])
-    sql_ext.install(spark, {"customers": customers}, declared_sources=sql_ext.DeclaredSources(http=[url]))
+    sql_ext.install(spark, {"customers": customers}, declared_sources=lookup.DeclaredSources(http=[url]))
     with pytest.raises(Exception, match=r"'customer_id' is not a column"):
         sql("SELECT * FROM async_lookup(TABLE(orders), 'customers')")
     with pytest.raises(Exception, match=r"'customer_id' is not a column"):
@@ -456,7 +455,7 @@ def test_a_source_reading_a_column_the_table_lacks_fails_at_analysis(
 def test_errors_of_declared_sources_echo_no_answer(spark: Any, sql: Any, service: Any, orders: Any) -> None:
     url, state = service
     state.fail(400)  # the service answers 400 with a body ('injected fault')
-    sql_ext.install(spark, declared_sources=sql_ext.DeclaredSources(http=[url + "/users/"]))
+    sql_ext.install(spark, declared_sources=lookup.DeclaredSources(http=[url + "/users/"]))
     with pytest.raises(Exception) as failure:
         sql(
             f"SELECT * FROM async_lookup(TABLE(orders), 'http', url => '{url}/users/{{user_id}}', "

@@ -11,7 +11,8 @@ import redis
 
 from keyed_async_wait import ConfigError
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress
-from keyed_async_wait.spark.journal import StepJournal, TaskJournal, journal_prefix, record_id
+from keyed_async_wait.spark.journal import journal_prefix
+from lookup.journal import StepJournal, TaskJournal, record_id
 
 
 def test_a_journaled_step_comes_back_to_the_same_row_in_a_rerun(redis_url: str) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.core.throttle import AimdLimit, CircuitBreaker, TokenBucket
+from lookup.throttle import AimdLimit, CircuitBreaker, TokenBucket
 
 
 @settings(max_examples=300, deadline=None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .exceptions import ConfigError
+from keyed_async_wait.core.exceptions import ConfigError
 
 __all__ = ["AimdLimit", "CircuitBreaker", "TokenBucket"]
 

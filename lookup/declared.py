@@ -1,9 +1,11 @@
-"""Which services a SQL user may name in the query itself (pure: no pyspark).
+"""Lookups a SQL user may declare in the query itself, and the services they may call (no pyspark).
 
 Anything a SQL user can make the workers do is opted into by the Python code that installs the
-functions: declared ``'http'`` and ``'redis'`` sources are off unless :func:`sql_ext.install` is
+functions: declared ``'http'`` and ``'redis'`` sources are off unless ``sql_ext.install`` is
 given a :class:`DeclaredSources` allow-list, and nothing in SQL (a ``SET`` included) can widen
-it: the list travels inside the registered function, not in the session's settings.
+it: the list travels inside the registered function, not in the session's settings. SQL reads
+the declaration (``sql_ext.declared``); :meth:`DeclaredSources.declare` checks its URL against
+the list and makes the lookup, which shows no part of a service's answer in its errors.
 
 An HTTP URL is allowed when its scheme, host and port equal an allowed prefix's and its path
 starts with the prefix's path at a segment boundary; record fields may only fill the path and
@@ -16,10 +18,15 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
+
+from .fields import Field
+from .http_lookup import HttpLookup
+from .redis_lookup import RedisLookup
 
 __all__ = ["DeclaredSources"]
 
@@ -27,7 +34,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443, "redis": 6379, "rediss": 6379}
 _DOT_SEGMENT = re.compile(r"^(\.|%2e){1,2}$", re.IGNORECASE)
 _ENABLE = (
     "declared sources are off: the Python code that calls sql_ext.install() enables them with "
-    "declared_sources=DeclaredSources(http=[URL prefixes], redis=[Redis URLs])"
+    "declared_sources=DeclaredSources(http=[URL prefixes], redis=[Redis URLs]) (from lookup)"
 )
 
 
@@ -114,3 +121,27 @@ class DeclaredSources:
             if (scheme, host, port) == (a_scheme, a_host, a_port) and (not a_db or a_db == (db or "0")):
                 return
         raise ConfigError(name, url, "one of the allowed Redis URLs: " + ", ".join(self.redis))
+
+    def declare(
+        self, kind: str, options: Mapping[str, Any], fields: list[tuple[str, str, str | None, bool]]
+    ) -> Any:
+        """The lookup a SQL call declares: ``kind`` ``'http'`` (``url``, optionally ``batch_url``
+        and ``key``) or ``'redis'`` (``url``, ``key``); ``fields`` as ``(name, type, path,
+        optional)``. A ConfigError names the option when a URL is not under this list."""
+        for option in ("url", "batch_url"):
+            if option in options:
+                check = self.check_http if kind == "http" else self.check_redis
+                check(option, str(options[option]))
+        declared = [Field(name, type_, path, optional=optional) for name, type_, path, optional in fields]
+        try:
+            if kind == "http":
+                return HttpLookup(
+                    options["url"],
+                    batch_url=options.get("batch_url"),
+                    key=options.get("key"),
+                    fields=declared,
+                    error_body_chars=0,  # a SQL user reads errors: no answers of services echoed
+                )
+            return RedisLookup(options["url"], options["key"], fields=declared, error_body_chars=0)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"'{kind}' source", dict(options), str(exc)) from exc
