@@ -17,10 +17,10 @@ from .core.exceptions import (
     SnapshotError,
     SparkVersionError,
 )
-from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, stable_hash, subtask_for_key_group
+from .core.keys import WHOLE_RECORD
 from .core.parking import DeferPolicy
-from .core.retry import RetryStrategy, is_retryable, lookup_miss
-from .core.snapshot import OperatorSnapshot, SnapshotRecord
+from .core.retry import RetryStrategy, lookup_miss
+from .core.snapshot import OperatorSnapshot
 from .runtime.chain import Chain, Step, StepError, StepStats
 from .runtime.function import AsyncFunction
 from .runtime.operator import KeyedAsyncWaitOperator, OperatorStats
@@ -71,15 +71,9 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "RetryStrategy",
     "SnapshotError",
     "SparkVersionError",
-    "SnapshotRecord",
     "Step",
     "StepError",
     "StepStats",
     "Watermark",
-    "is_retryable",
-    "key_group_for",
-    "key_group_range",
     "lookup_miss",
-    "stable_hash",
-    "subtask_for_key_group",
 ]

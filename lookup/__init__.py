@@ -1,11 +1,12 @@
-"""HTTP and Redis lookups and writes: ready ``AsyncFunction``s for the keyed async wait operator.
+"""HTTP and Redis lookups and writes: ready backends for the keyed async wait operator, and
+:class:`Lookup` over a service of your own.
 
 The lookup key (what is looked up, e.g. ``user_id``) is independent of the operator's ordering
 key (e.g. the upsert key ``order_id``).
 """
 
-from .base import Lookup, LookupStats
-from .cache import MISS, PartialCache
+from .base import Lookup
+from .cache import PartialCache
 from .declared import DeclaredSources
 from .exceptions import (
     BadResponseError,
@@ -24,16 +25,15 @@ from .fields import Field
 from .http_lookup import HttpLookup
 from .http_write import HttpWrite
 from .journal import StepJournal
-from .limits import Limits, SharedRate, ThrottleStats
+from .limits import Limits, SharedRate
 from .redis_connect import RedisConnection
 from .redis_lookup import RedisLookup
 from .redis_write import RedisWrite
 from .secrets import Secret
-from .template import Template
-from .writes import Write, WriteStats
+from .service import Service
+from .writes import Write
 
 __all__ = [
-    "MISS",
     "BadResponseError",
     "CertificateError",
     "CircuitOpenError",
@@ -45,7 +45,6 @@ __all__ = [
     "Lookup",
     "LookupOptionError",
     "LookupServiceError",
-    "LookupStats",
     "LookupTimeoutError",
     "PartialCache",
     "RateLimitedError",
@@ -53,14 +52,12 @@ __all__ = [
     "RedisLookup",
     "RedisWrite",
     "Secret",
+    "Service",
     "ServiceUnavailableError",
     "SharedRate",
     "StepJournal",
-    "Template",
     "TemplateError",
-    "ThrottleStats",
     "VersionError",
     "Write",
-    "WriteStats",
     "WrongTypeError",
 ]

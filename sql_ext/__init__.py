@@ -17,18 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from .exceptions import ConfigError, TableArgumentError, UnknownSourceError
-from .modes import CHANGE_COLUMNS, Decision, InputShape, decide, describe_input
+from .modes import Decision
 
 __all__ = [
-    "CHANGE_COLUMNS",
     "AsyncLookupSQL",
     "ConfigError",
     "Decision",
-    "InputShape",
     "TableArgumentError",
     "UnknownSourceError",
-    "decide",
-    "describe_input",
     "install",
 ]
 

@@ -66,6 +66,7 @@ class ServiceState:
     # (key, start, end, query): what was asked, when, and the request's query parameters
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
+    keys_asked: int = 0  # user ids asked for, one per GET and one per id of a batch
     # the versioned store: key -> (version, body or None for a tombstone), and every write seen
     # as (key, version, applied, monotonic time)
     records: dict[str, tuple[str, Any]] = field(default_factory=dict)
@@ -157,11 +158,13 @@ def _app(state: ServiceState) -> web.Application:
 
     async def user(request: web.Request) -> web.Response:
         key = request.match_info["user_id"]
+        state.keys_asked += 1
         known = key.isdigit() and int(key) < state.users
         return await answer(key, profile_of(int(key)) if known else None, dict(request.query))
 
     async def batch(request: web.Request) -> web.Response:
         ids = await request.json()
+        state.keys_asked += len(ids)
         out = {str(i): profile_of(int(i)) for i in ids if str(i).isdigit() and int(i) < state.users}
         return await answer("batch:" + json.dumps(ids[:3]), out)
 

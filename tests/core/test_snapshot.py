@@ -158,7 +158,7 @@ def test_stable_hash_is_the_same_in_every_process() -> None:
     keys = ["order-1", 42, 4.5, ("a", 1), b"x", None, {"a": [1, 2]}]
     here = [stable_hash(k) for k in keys]
     code = (
-        "from keyed_async_wait import stable_hash;"
+        "from keyed_async_wait.core.keys import stable_hash;"
         "print([stable_hash(k) for k in ['order-1', 42, 4.5, ('a', 1), b'x', None, {'a': [1, 2]}]])"
     )
     for seed in ("1", "2"):

@@ -6,7 +6,8 @@ import pickle
 
 import pytest
 
-from lookup import MISS, PartialCache
+from lookup import PartialCache
+from lookup.cache import MISS
 
 
 class Clock:

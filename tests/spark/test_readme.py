@@ -1,9 +1,9 @@
 """Every code block of the README and of the docs (``docs/**/*.md``) runs as written, with
 local services substituted.
 
-Python blocks run as scripts; SQL blocks run statement by statement after the Python setup the
-same page names in a comment above them (``<!-- readme: after NAME -->``, NAME a Python block
-marked ``<!-- readme: name NAME -->``); bash blocks run in a copy of the project, with
+Python blocks run as scripts (one marked ``<!-- readme: after NAME -->`` after the Python block
+marked ``<!-- readme: name NAME -->`` on its page); SQL blocks run statement by statement after
+the Python setup the same page names that way; bash blocks run in a copy of the project, with
 ``spark://host:7077`` turned into a two-executor ``local-cluster`` and the executors' Python
 one on which only ``--py-files`` can provide this library. The README's test command is what
 ``.ci/run`` runs; this test does not run it again from inside the suite.
@@ -166,8 +166,9 @@ def _sql_script(block: Block, services: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("block", blocks(), ids=lambda b: b.id)
 def test_readme_block_runs_as_written(block: Block, services: dict[str, str], tmp_path: Path) -> None:
-    if block.lang == "python":
-        _run_python(_substitute(block.body, services), tmp_path)
+    if block.lang == "python":  # after the named block it continues, when it names one
+        setup = _named(block.page, block.marks["after"]).body + "\n" if "after" in block.marks else ""
+        _run_python(_substitute(setup + block.body, services), tmp_path)
     elif block.lang == "sql":
         _run_python(_sql_script(block, services), tmp_path)
     elif block.lang == "bash":
