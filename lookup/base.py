@@ -25,7 +25,7 @@ from .cache import MISS, PartialCache
 from .columnar import ColumnarPath
 from .exceptions import BODY_LIMIT, LookupOptionError, LookupServiceError
 from .fields import Field, FieldMapper
-from .limits import Gate, Limits, ThrottleStats
+from .limits import Gate, Limits, ThrottleStats, through_gate
 from .parts import LookupStats, ReportsLookupStats, suspend
 from .settings import LookupSettings
 from .template import Template
@@ -76,27 +76,14 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 "error_body_chars", f"error_body_chars={error_body_chars}; allowed: an integer >= 0"
             )
         if service is not None:
-            if not callable(getattr(service, "fetch", None)):
-                raise LookupOptionError(
-                    "service", f"service={service!r}; allowed: an object with async fetch(key)"
-                )
-            if key is None:
-                raise LookupOptionError(
-                    "key", "a lookup over a service needs key= (a template, e.g. 'user:{user_id}')"
-                )
-            self.service_name = str(getattr(service, "name", type(service).__name__))
+            self.service_name = _service_name(service, key)
         self.service = service
         if key is not None:
             self.key = key if isinstance(key, Template) else Template(key)
         self.error_body_chars = error_body_chars  # how much of an answer an error may show
         self.mapper = FieldMapper(fields, result_path, error_body_chars)
-        if cache is not None and not isinstance(cache, PartialCache):
-            raise ConfigError("cache", cache, "a PartialCache(...) or None")
-        self.cache = cache
+        self.cache, self.limits = _checked_policies(cache, limits)
         self.dedup = dedup
-        if limits is not None and not isinstance(limits, Limits):
-            raise ConfigError("limits", limits, "a Limits(...) or None")
-        self.limits = limits
         self._fresh_state()
 
     def _fresh_state(self) -> None:
@@ -199,39 +186,16 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         """This lookup under a session's settings (``spark.sql.exec.async-lookup.*``, for SQL):
         a cache and limits where it has none of its own. An identity of what was added, and the
         lookup to run (this one when nothing applies; else a new one, nothing shared)."""
-        wanted = LookupSettings.from_mapping(settings)
-        cache = self.cache
-        if cache is None and wanted.wants_cache:
-            cache = PartialCache(
-                wanted.cache_max_rows or 10_000,
-                expire_after_write=wanted.cache_expire_after_write,
-                expire_after_access=wanted.cache_expire_after_access,
-                cache_missing_key=wanted.cache_missing_key,
-            )
-        limits = self.limits
-        if limits is None and wanted.wants_limits:
-            limits = Limits(
-                rate=wanted.rate_limit,
-                adaptive=wanted.adaptive_concurrency,
-                max_concurrency=wanted.buffer_capacity,
-                breaker_failures=wanted.breaker_failures,
-                breaker_cool_off=wanted.breaker_cool_off,
-            )
-        if cache is self.cache and limits is self.limits:
+        identity, cache, limits = LookupSettings.from_mapping(settings).policies(self.cache, self.limits)
+        if not identity:
             return "", self
-        identity = f"cache={_cache_identity(cache) if cache is not self.cache else '-'}"
-        identity += f" limits={limits if limits is not self.limits else '-'}"
         return identity, self.with_policies(cache=cache, limits=limits)
 
     def with_policies(self, *, cache: PartialCache | None, limits: Limits | None) -> Lookup:
         """A copy of this lookup with another cache and limits (checked as the constructor checks
         them), sharing no state with it."""
-        if cache is not None and not isinstance(cache, PartialCache):
-            raise ConfigError("cache", cache, "a PartialCache(...) or None")
-        if limits is not None and not isinstance(limits, Limits):
-            raise ConfigError("limits", limits, "a Limits(...) or None")
         other = copy.copy(self)
-        other.cache, other.limits = cache, limits
+        other.cache, other.limits = _checked_policies(cache, limits)
         other._fresh_state()
         other._forget_clients()
         return other
@@ -343,17 +307,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         gate = self.gate()
         if gate is None:
             return call(argument)
-        return self._through_gate(gate, call, argument, keys, lookup_key)
-
-    async def _through_gate(self, gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any) -> Any:
-        started = await gate.enter(keys, lookup_key, self.service_name)
-        try:
-            answer = await call(argument)
-        except BaseException as exc:
-            gate.leave(started, exc)
-            raise
-        gate.leave(started, None)
-        return answer
+        return through_gate(gate, call, argument, keys, lookup_key, self.service_name)
 
     # ------------------------------------------------------------------ results
 
@@ -370,9 +324,21 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             return exc
 
 
-def _cache_identity(cache: PartialCache | None) -> str:
-    if cache is None:
-        return "-"
-    return (
-        f"{cache.max_rows}/{cache.expire_after_write}/{cache.expire_after_access}/{cache.cache_missing_key}"
-    )
+def _service_name(service: Any, key: Any) -> str:
+    """The name of a service a lookup is given (checked: it must answer keys, and the lookup
+    needs a key template)."""
+    if not callable(getattr(service, "fetch", None)):
+        raise LookupOptionError("service", f"service={service!r}; allowed: an object with async fetch(key)")
+    if key is None:
+        raise LookupOptionError(
+            "key", "a lookup over a service needs key= (a template, e.g. 'user:{user_id}')"
+        )
+    return str(getattr(service, "name", type(service).__name__))
+
+
+def _checked_policies(cache: Any, limits: Any) -> tuple[PartialCache | None, Limits | None]:
+    if cache is not None and not isinstance(cache, PartialCache):
+        raise ConfigError("cache", cache, "a PartialCache(...) or None")
+    if limits is not None and not isinstance(limits, Limits):
+        raise ConfigError("limits", limits, "a Limits(...) or None")
+    return cache, limits

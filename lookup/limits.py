@@ -32,7 +32,7 @@ from .exceptions import CircuitOpenError, LookupTimeoutError, RateLimitedError, 
 from .shared_rate import SharedBuckets, SharedRate
 from .throttle import AimdLimit, CircuitBreaker, TokenBucket
 
-__all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats"]
+__all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats", "through_gate"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,16 @@ class ThrottleStats:
     short_circuited: int = 0  # records failed at once while the circuit was open
     breaker_opened: int = 0
     limit: int = 0  # the adaptive limit now (0: none)
+
+    def counters(self) -> dict[str, int]:
+        """The counts under the names the metrics and the task log give them."""
+        return {
+            "rejected_429": self.rejected,
+            "unavailable_5xx": self.unavailable,
+            "short_circuited": self.short_circuited,
+            "throttled_ms": int(self.throttled_s * 1000),
+            "breaker_opened": self.breaker_opened,
+        }
 
 
 _OVERLOAD = (RateLimitedError, ServiceUnavailableError, LookupTimeoutError, asyncio.CancelledError)
@@ -228,3 +238,16 @@ class Gate:
             if not waiter.done():  # a cancelled waiter takes no room
                 waiter.set_result(None)
                 room -= 1
+
+
+async def through_gate(gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any, service: str) -> Any:
+    """``call(argument)`` once ``gate`` lets a call of ``keys`` keys start, its outcome told to
+    the gate."""
+    started = await gate.enter(keys, lookup_key, service)
+    try:
+        answer = await call(argument)
+    except BaseException as exc:
+        gate.leave(started, exc)
+        raise
+    gate.leave(started, None)
+    return answer

@@ -23,6 +23,9 @@ from keyed_async_wait.core.config import (
 )
 from keyed_async_wait.core.spec import DEFAULT_CAPACITY, SessionSettings
 
+from .cache import PartialCache
+from .limits import Limits
+
 __all__ = ["LOOKUP_SETTINGS", "LookupSettings"]
 
 
@@ -79,3 +82,27 @@ class LookupSettings:
     @property
     def wants_limits(self) -> bool:
         return self.rate_limit is not None or self.adaptive_concurrency or self.breaker_failures is not None
+
+    def policies(self, cache: PartialCache | None, limits: Limits | None) -> tuple[str, Any, Any]:
+        """A lookup's cache and limits under these settings: its own where it has them, else
+        those the settings describe; and an identity of what was added ("" when nothing)."""
+        added = []
+        if cache is None and self.wants_cache:
+            cache = PartialCache(
+                self.cache_max_rows or 10_000,
+                expire_after_write=self.cache_expire_after_write,
+                expire_after_access=self.cache_expire_after_access,
+                cache_missing_key=self.cache_missing_key,
+            )
+            expiry = f"{self.cache_expire_after_write}/{self.cache_expire_after_access}"
+            added.append(f"cache={cache.max_rows}/{expiry}/{self.cache_missing_key}")
+        if limits is None and self.wants_limits:
+            limits = Limits(
+                rate=self.rate_limit,
+                adaptive=self.adaptive_concurrency,
+                max_concurrency=self.buffer_capacity,
+                breaker_failures=self.breaker_failures,
+                breaker_cool_off=self.breaker_cool_off,
+            )
+            added.append(f"limits={limits}")
+        return " ".join(added), cache, limits
