@@ -21,10 +21,9 @@ from keyed_async_wait import (
     RetryStrategy,
     Step,
     StepError,
-    key_group_for,
-    key_group_range,
 )
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress, ddl_names
+from keyed_async_wait.core.keys import key_group_for, key_group_range
 
 from .helpers import Flaky, next_turn, run
 

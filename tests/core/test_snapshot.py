@@ -21,11 +21,8 @@ from keyed_async_wait import (
     OutputMode,
     SnapshotError,
     Watermark,
-    key_group_for,
-    key_group_range,
-    stable_hash,
-    subtask_for_key_group,
 )
+from keyed_async_wait.core.keys import key_group_for, key_group_range, stable_hash, subtask_for_key_group
 
 from .helpers import TurnsAction, collect, run, until
 
