@@ -16,6 +16,7 @@ from .key_accounting import KeyAccounting
 from .keys import KeySelector, keys_of_many
 from .output import EpochManager, OrderedQueue
 from .parking import FRESH, PARKED, ParkedItem, ParkedKeys, ParkInfo
+from .set_aside import SetAside
 
 __all__ = ["Controller"]
 
@@ -33,7 +34,11 @@ class Controller:
       (see :class:`EpochManager`);
     * ``plain_output`` stays True while every entry that leaves is a finished record with a
       result list: no watermark came in, no record failed or was parked (the batch consumer's
-      fast path).
+      fast path);
+    * KEY_ORDERED with a ``blocked_bound``: records waiting behind their keys never exceed it;
+      past it a busy key's records are set aside (:mod:`.set_aside`: listed in
+      :attr:`set_aside` for the runtime to spill, or parked when parked records leave at once)
+      and come back, in order, when the key's queue runs dry (:meth:`refill`).
     """
 
     __slots__ = (
@@ -42,15 +47,23 @@ class Controller:
         "_live",
         "_output",
         "_seq",
+        "aside",
+        "aside_parked",
+        "held_back",
         "mode",
         "out",
         "parked",
         "plain_output",
         "records_inside",
+        "set_aside",
     )
 
     def __init__(
-        self, mode: OutputMode, key_of: KeySelector | None, spill: list[ParkedItem] | None = None
+        self,
+        mode: OutputMode,
+        key_of: KeySelector | None,
+        spill: list[ParkedItem] | None = None,
+        blocked_bound: int = 0,
     ) -> None:
         self.mode = mode
         self._key_of = key_of
@@ -62,6 +75,10 @@ class Controller:
         self.records_inside = 0
         self.parked = ParkedKeys(spill)
         self.plain_output = True
+        self.aside = SetAside(blocked_bound if self._keys is not None else 0)
+        self.set_aside: list[tuple[Hashable, Any]] = []  # for the runtime to spill (take_set_aside)
+        self.aside_parked: deque[Hashable] = deque()  # parked keys whose set-aside records follow
+        self.held_back: list[Any] = []  # from a watermark on: admitted once nothing is set aside
 
     def admit_parked(self, item: ParkedItem, now: float) -> Entry | None:
         """Take in a record replayed from parked state: it stays parked while its key is, or
@@ -69,8 +86,8 @@ class Controller:
         if self.parked.take_if_parked(item.key, item.record, item.info):
             self.plain_output = False
             return None
-        if not item.info.due(now):
-            self.parked.park([item])
+        if not item.info.due(now) or self._full(item.key):
+            self.parked.park([item])  # not due, or no room behind its busy key: parked again
             self.plain_output = False
             return None
         entry = Entry(self._seq, item.record, item.key)
@@ -83,6 +100,8 @@ class Controller:
         when handed out), and later records of the key are parked as they arrive."""
         assert self._keys is not None, "parking needs KEY_ORDERED"
         behind = self._keys.take(entry.key)
+        if self.aside.holds(entry.key):
+            self.aside_parked.append(entry.key)  # its set-aside records join the parked queue
         self.parked.park(
             [ParkedItem(entry.record, entry.key, info)]
             + [ParkedItem(e.record, e.key, e.meta or FRESH) for e in behind]
@@ -119,13 +138,17 @@ class Controller:
         """Take in records and watermarks in order: the entries that may start now.
 
         The same decisions as admitting each record and :meth:`admit_watermark` one by one, made per run
-        of records between watermarks.
+        of records between watermarks. A watermark that comes while records are set aside stops
+        the admission: it and what follows it are left in :attr:`held_back`.
         """
         ready: list[Entry] = []
         start = 0
         for i, element in enumerate(elements):
             if type(element) is Watermark:
                 ready += self._admit_records(elements[start:i])
+                if self.aside:  # a watermark never overtakes a record set aside before it
+                    self.held_back = elements[i:]
+                    return ready
                 self.admit_watermark(element)
                 start = i + 1
         ready += self._admit_records(elements[start:] if start else elements)
@@ -144,6 +167,11 @@ class Controller:
             records, keys = [r for r, _ in kept], [k for _, k in kept]
             if not records:
                 return []
+        bound = self.aside.bound
+        if bound and (self.aside or self._keys.blocked_items + len(records) > bound):  # type: ignore[union-attr]
+            records, keys = self._within_bound(records, keys)
+            if not records:
+                return []
         # without key accounting every record may start at once
         state = State.READY if self._keys is None else State.BLOCKED
         entries = list(map(Entry, range(seq, seq + len(records)), records, keys, repeat(state)))
@@ -157,6 +185,83 @@ class Controller:
         for entry in ready:
             entry.state = State.READY
         return ready
+
+    def _within_bound(self, records: list[Any], keys: list[Hashable]) -> tuple[list[Any], list[Hashable]]:
+        """The records that may be admitted and their keys; each record of a busy key past the
+        waiting bound (or of a key with records set aside or parked) is set aside instead."""
+        accounting, aside = self._keys, self.aside
+        assert accounting is not None
+        blocked, bound = accounting.blocked_items, aside.bound
+        started: set[Hashable] = set()
+        kept: list[Any] = []
+        kept_keys: list[Hashable] = []
+        for record, key in zip(records, keys, strict=True):
+            busy = key in started or accounting.occupied(key)
+            if aside.holds(key) or key in self.parked or (busy and blocked >= bound):
+                self._put_aside(key, record)
+                continue
+            if busy:
+                blocked += 1
+            else:
+                started.add(key)
+            kept.append(record)
+            kept_keys.append(key)
+        return kept, kept_keys
+
+    def _full(self, key: Hashable) -> bool:
+        """Whether a record of ``key`` would have to wait with no room left behind busy keys."""
+        accounting = self._keys
+        return (
+            accounting is not None
+            and bool(self.aside.bound)
+            and accounting.occupied(key)
+            and accounting.blocked_items >= self.aside.bound
+        )
+
+    def _put_aside(self, key: Hashable, record: Any) -> None:
+        if self.parked.spill is not None:  # parked records leave at once: parked as keyed state
+            self.parked.park([ParkedItem(record, key)])
+            self.plain_output = False
+        else:
+            self.aside.add(key)
+            self.set_aside.append((key, record))
+
+    def take_set_aside(self) -> list[tuple[Hashable, Any]]:
+        """The records set aside since the last call, ``(key, record)`` in arrival order."""
+        items, self.set_aside = self.set_aside, []
+        return items
+
+    def refill(self, key: Hashable, records: list[Any]) -> Entry:
+        """``records`` of ``key`` (the first ones set aside, in order), back from where they were
+        set aside: the first, READY, runs now; the rest wait behind it."""
+        accounting = self._keys
+        assert accounting is not None and records
+        self.aside.back(key, len(records))
+        seq = self._seq
+        entries = [Entry(seq + i, record, key) for i, record in enumerate(records)]
+        self._seq = seq + len(entries)
+        self._live.update((entry.seq, entry) for entry in entries)
+        self.records_inside += len(entries)
+        self._output.add_records(entries)
+        accounting.requeue(key, entries[1:])
+        entries[0].state = State.READY
+        return entries[0]
+
+    def park_set_aside(self, key: Hashable, records: list[Any]) -> None:
+        """``records`` of a parked key, back from where they were set aside: parked behind it."""
+        self.aside.back(key, len(records))
+        self.parked.park([ParkedItem(record, key) for record in records])
+
+    def _release(self, key: Hashable) -> Entry | None:
+        """The next entry of ``key`` to run, or None; a key with records set aside stays held
+        when its queue runs dry, and is due a refill."""
+        assert self._keys is not None
+        if not self.aside.holds(key):
+            return self._keys.release(key)
+        nxt = self._keys.release(key, hold=True)
+        if nxt is None:
+            self.aside.due.append(key)
+        return nxt
 
     def admit_watermark(self, watermark: Watermark) -> None:
         self.plain_output = False
@@ -173,7 +278,7 @@ class Controller:
         if keys is None or entry.released or entry.state == State.DONE:
             return None
         entry.released = True
-        nxt = keys.release(entry.key)
+        nxt = self._release(entry.key)
         if nxt is not None:
             nxt.state = State.READY
         return nxt
@@ -184,10 +289,9 @@ class Controller:
         if entry.failure is not None:
             self.plain_output = False
         self._output.complete(entry)
-        keys = self._keys
-        if keys is None or entry.released:
+        if self._keys is None or entry.released:
             return None
-        nxt = keys.release(entry.key)
+        nxt = self._release(entry.key)
         if nxt is not None:
             nxt.state = State.READY
         return nxt
@@ -203,7 +307,11 @@ class Controller:
         self._output.complete_many(entries)
         if self._keys is None:
             return []
-        ready = self._keys.release_many([entry.key for entry in entries if not entry.released])
+        if self.aside:  # a key with records set aside may be held: one by one
+            held = [self._release(entry.key) for entry in entries if not entry.released]
+            ready = [entry for entry in held if entry is not None]
+        else:
+            ready = self._keys.release_many([entry.key for entry in entries if not entry.released])
         for entry in ready:
             entry.state = State.READY
         return ready

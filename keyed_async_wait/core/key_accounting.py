@@ -81,16 +81,32 @@ class KeyAccounting(Generic[T]):
         self._blocked_items -= len(nxt)
         return nxt
 
-    def release(self, key: Hashable) -> T | None:
-        """The running item of ``key`` is done: the next one of the key (now running), or None."""
+    def release(self, key: Hashable, hold: bool = False) -> T | None:
+        """The running item of ``key`` is done: the next one of the key (now running), or None.
+        ``hold``: with nobody waiting the key stays occupied (its next items come back later,
+        :meth:`requeue`)."""
         keys = self._keys
         waiting = keys[key]
         if waiting:
             item = waiting.popleft()
             self._blocked_items -= 1
             return item
-        del keys[key]
+        if not hold:
+            del keys[key]
         return None
+
+    def requeue(self, key: Hashable, items: list[T]) -> None:
+        """``items`` wait behind ``key``, occupied and held, in this order."""
+        if not items:
+            return
+        waiting = self._keys[key]
+        if waiting is None:
+            self._keys[key] = waiting = deque()
+        waiting.extend(items)
+        self._blocked_items += len(items)
+
+    def occupied(self, key: Hashable) -> bool:
+        return key in self._keys
 
     def take(self, key: Hashable) -> list[T]:
         """Free ``key`` at once (its running item is parked): the items that waited behind it,

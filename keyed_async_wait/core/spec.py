@@ -39,6 +39,7 @@ from .retry import RetryStrategy, lookup_miss
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BLOCKED",
     "DEFAULT_CAPACITY",
     "DEFAULT_TIMEOUT",
     "OPERATOR_SETTINGS",
@@ -49,6 +50,10 @@ __all__ = [
 DEFAULT_CAPACITY: Final = 100  # Flink's AsyncDataStream and table.exec.async-lookup.buffer-capacity
 DEFAULT_TIMEOUT: Final = 180.0  # table.exec.async-lookup.timeout (a session's default)
 DEFAULT_BATCH_SIZE: Final = 1000  # FLIP-425's execution.async-state.buffer-size
+# KEY_ORDERED: records that may wait behind their keys in memory, per run (a Spark task); a
+# Python row takes about 1 KB, so about 10 MB. Past it a busy key's further records are set aside
+# (spilled to the task's local disk in a batch wait, parked in key_ordered_stream)
+DEFAULT_BLOCKED: Final = 10_000
 
 OnError = Literal["fail", "emit", "defer"]
 OnClose = Literal["cancel", "wait"]
@@ -83,7 +88,9 @@ class WaitSpec:
     mode: OutputMode
     key: Key = None  # None, a tuple of field names, a callable, or WHOLE_RECORD
     capacity: int = DEFAULT_CAPACITY
-    blocked_capacity: int = 0  # KEY_ORDERED: records waiting behind their key beyond capacity
+    # KEY_ORDERED: records that may wait behind their keys in memory, outside the capacity; past
+    # it a busy key's further records are set aside; 0: they count against the capacity instead
+    blocked_capacity: int = 0
     timeout: float | None = None  # None: no timeout (resolve() takes the session's instead)
     retry: RetryStrategy | None = None
     on_error: OnError = "fail"
@@ -111,7 +118,7 @@ class WaitSpec:
             mode=kind,
             key=_check_key(given["key"], kind),
             capacity=check_positive_int("capacity", given["capacity"]),
-            blocked_capacity=_check_blocked(given["blocked_capacity"], kind),
+            blocked_capacity=_check_blocked(options.get("blocked_capacity"), kind),
             timeout=check_seconds("timeout", given["timeout"], optional=True),
             retry=check_instance("retry", given["retry"], RetryStrategy, "a RetryStrategy or None"),
             **_error_policy(given["on_error"], given["defer"], kind),
@@ -128,9 +135,12 @@ class WaitSpec:
 
     @classmethod
     def resolve(cls, session: SessionSettings, mode: OutputMode | str, **options: Any) -> WaitSpec:
-        """:meth:`of` for a wait made in a session: ``capacity``, ``timeout`` and ``retry`` given
-        as None (or not at all) take the session's setting."""
-        for name, value in session.defaults().items():
+        """:meth:`of` for a wait made in a session: ``capacity``, ``timeout``, ``retry`` and
+        (KEY_ORDERED) ``blocked_capacity`` given as None (or not at all) take the session's setting."""
+        defaults = session.defaults()
+        if OutputMode.parse(mode) is not OutputMode.KEY_ORDERED:
+            defaults.pop("blocked_capacity")
+        for name, value in defaults.items():
             if options.get(name) is None:
                 options[name] = value
         return cls.of(mode, **options)
@@ -183,6 +193,8 @@ def _check_key(key: Any, mode: OutputMode) -> Any:
 
 
 def _check_blocked(value: Any, mode: OutputMode) -> int:
+    if value is None:  # not given: the default where records wait for a key, else none
+        return DEFAULT_BLOCKED if mode is OutputMode.KEY_ORDERED else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError("blocked_capacity", value, "an integer >= 0")
     if value and mode is not OutputMode.KEY_ORDERED:
@@ -211,6 +223,7 @@ class SessionSettings:
     """The operator's ``spark.sql.exec.async-lookup.*`` settings, with Flink's defaults."""
 
     buffer_capacity: int = DEFAULT_CAPACITY
+    blocked_capacity: int = DEFAULT_BLOCKED
     timeout: float = DEFAULT_TIMEOUT
     output_mode: str = "ORDERED"  # or ALLOW_UNORDERED
     key_ordered_enabled: bool = False
@@ -252,7 +265,12 @@ class SessionSettings:
 
     def defaults(self) -> dict[str, Any]:
         """What a wait takes from the session for an option it leaves as None."""
-        return {"capacity": self.buffer_capacity, "timeout": self.timeout, "retry": self.retry()}
+        return {
+            "capacity": self.buffer_capacity,
+            "blocked_capacity": self.blocked_capacity,
+            "timeout": self.timeout,
+            "retry": self.retry(),
+        }
 
 
 def _choice(*allowed: str) -> Callable[[str, Any], str]:
@@ -263,6 +281,7 @@ OPERATOR_SETTINGS: Final = SettingsGroup(
     "the operator",
     {
         "buffer-capacity": ("buffer_capacity", parse_int),
+        "blocked-capacity": ("blocked_capacity", lambda key, value: parse_int(key, value, minimum=0)),
         "timeout": ("timeout", parse_duration),
         "output-mode": ("output_mode", _choice("ORDERED", "ALLOW_UNORDERED")),
         "key-ordered-enabled": ("key_ordered_enabled", parse_bool),

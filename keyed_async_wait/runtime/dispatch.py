@@ -25,7 +25,7 @@ from ..core.entry import Entry, State
 from .batches import Batch, Batcher
 from .eager import Settling, prepare
 from .outcomes import Outcomes
-from .run import Run
+from .run import Run, resolve
 from .timers import Timers
 
 __all__ = ["Dispatcher"]
@@ -91,7 +91,11 @@ class Dispatcher:
         self.draining = True
         try:
             ready, now, batcher = self.ready, -1.0, self.batcher
-            while ready:
+            parked = run.ctl.aside_parked  # a deque, changed in place
+            while ready or parked:
+                if parked:
+                    self._park_set_aside()
+                    continue
                 if batcher.enabled and not run.closing:
                     batcher.take(self._fresh())
                     continue
@@ -109,6 +113,17 @@ class Dispatcher:
                 self._attempt(entry)
         finally:
             self.draining = False
+        if run.ctl.aside.due:  # a hot key's queue ran dry: the intake brings its records back
+            resolve(run.aside_waiter)
+
+    def _park_set_aside(self) -> None:
+        """The records a key had set aside, parked behind it (the key was parked)."""
+        ctl, overflow = self.run.ctl, self.run.overflow
+        while ctl.aside_parked:
+            key = ctl.aside_parked.popleft()
+            ctl.park_set_aside(key, overflow.take(key, ctl.aside.counts.get(key, 0)))
+        if not ctl.aside:
+            resolve(self.run.aside_waiter)
 
     def _fresh(self) -> list[Entry]:
         """Every ready entry, those restored with their results settled on the way."""

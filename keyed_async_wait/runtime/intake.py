@@ -23,9 +23,10 @@ from .dispatch import Dispatcher
 from .eager import Resumed, start
 from .run import Run
 
-__all__ = ["SPILL_CHUNK", "Intake"]
+__all__ = ["REFILL", "SPILL_CHUNK", "Intake"]
 
 SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
+REFILL = 1_000  # records set aside that come back at a time, for a key whose queue ran dry
 
 
 class Intake:
@@ -59,6 +60,7 @@ class Intake:
                     await self._chunk(batch)
             else:
                 await self._chunk(source)
+            await self._set_aside_back()  # the records a hot key set aside, all of them
             run.source_done = True
             self.dispatcher.batcher.flush_now()
         except asyncio.CancelledError:
@@ -130,6 +132,8 @@ class Intake:
             if run.holding:
                 await self._held(iterator)
                 return
+            if ctl.aside.due:
+                self._bring_back()
             room = run.room_left()
             if room <= 0:
                 await self._wait_capacity()
@@ -141,14 +145,36 @@ class Intake:
             chunk = list(islice(iterator, room))
             if not chunk:
                 return
-            before = ctl.records_inside
-            ready = ctl.admit_many(chunk)
-            admitted = ctl.records_inside - before
-            counters.records_in += admitted
-            if admitted != len(chunk):
+            while chunk:
+                before = ctl.records_inside
+                ready = ctl.admit_many(chunk)
+                counters.records_in += ctl.records_inside - before
+                if ctl.set_aside:
+                    run.overflow.put(ctl.take_set_aside())
+                if ready:
+                    self.dispatcher.dispatch_many(ready)
                 run.notify()  # watermarks may be ready to leave
-            if ready:
-                self.dispatcher.dispatch_many(ready)
+                chunk, ctl.held_back = ctl.held_back, []
+                if chunk:  # a watermark waits until every record set aside before it is back
+                    await self._set_aside_back()
+
+    def _bring_back(self) -> None:
+        """Records set aside come back while there is room: for each key whose queue ran dry
+        (first key first), its first records, the first of which runs now."""
+        run = self.run
+        ctl = run.ctl
+        while ctl.aside.due and run.room_left() > 0 and not run.holding:
+            key = ctl.aside.due.popleft()
+            count = ctl.aside.refill_size(ctl.blocked_records, REFILL)
+            self.dispatcher.dispatch(ctl.refill(key, run.overflow.take(key, count)))
+
+    async def _set_aside_back(self) -> None:
+        """Until every record set aside is back (or the run holds or failed)."""
+        run = self.run
+        while run.ctl.aside and not run.holding and run.failure is None:
+            self._bring_back()
+            if run.ctl.aside:
+                await run.wait_set_aside()
 
     async def _held(self, iterator: Any) -> None:
         run = self.run

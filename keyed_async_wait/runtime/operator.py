@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from typing import Any
 
 from ..core.elements import OutputMode, Watermark
+from ..core.entry import Entry
 from ..core.exceptions import ConfigError, SnapshotError
 from ..core.keys import DEFAULT_MAX_PARALLELISM
 from ..core.latency import LatencyHistogram
@@ -16,6 +17,7 @@ from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
 from ..core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, Output, WaitSpec
 from .backend import adapt_function, check_release
 from .consume import outputs_of
+from .overflow import Overflow
 from .runtime import Runtime
 from .stats import EMPTY, OperatorStats, stats_of
 
@@ -36,8 +38,11 @@ class KeyedAsyncWaitOperator:
     * ``key``: field name, list of field names, callable, or ``WHOLE_RECORD``; required for
       KEY_ORDERED, optional otherwise (used for snapshots and error messages).
     * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
-    * ``blocked_capacity`` (KEY_ORDERED, default 0): records that may wait behind their key
-      beyond ``capacity``, so that runs of one key's updates do not starve the other keys.
+    * ``blocked_capacity`` (KEY_ORDERED, default 10,000): records that may wait behind their
+      keys, outside ``capacity``, so that a hot key never holds the other keys back; past it a
+      busy key's further records are set aside and come back in order (in memory here; Spark
+      tasks spill them to local disk; ``key_ordered_stream`` parks them). 0: records behind
+      their key count against ``capacity`` instead.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -66,7 +71,7 @@ class KeyedAsyncWaitOperator:
         mode: OutputMode | str,
         key: Any = None,
         capacity: int = DEFAULT_CAPACITY,
-        blocked_capacity: int = 0,
+        blocked_capacity: int | None = None,
         timeout: float | None = None,
         retry: RetryStrategy | None = None,
         on_error: OnError = "fail",
@@ -103,10 +108,14 @@ class KeyedAsyncWaitOperator:
         )
 
     @classmethod
-    def from_spec(cls, function: Any, spec: WaitSpec) -> KeyedAsyncWaitOperator:
-        """An operator with ``spec`` (already checked, e.g. on a Spark driver)."""
+    def from_spec(
+        cls, function: Any, spec: WaitSpec, overflow: Overflow | None = None
+    ) -> KeyedAsyncWaitOperator:
+        """An operator with ``spec`` (already checked, e.g. on a Spark driver); ``overflow``:
+        where its one run keeps the records it sets aside (default: in memory)."""
         op = cls.__new__(cls)
         op._init(function, spec)
+        op._overflow = overflow
         return op
 
     def _init(self, function: Any, spec: WaitSpec) -> None:
@@ -122,6 +131,7 @@ class KeyedAsyncWaitOperator:
         self._last_stats: OperatorStats | None = None
         self._parked_replay: list[ParkedItem] = []
         self._leftover: list[ParkedItem] = []
+        self._overflow: Overflow | None = None
 
     @property
     def mode(self) -> OutputMode:
@@ -242,7 +252,9 @@ class KeyedAsyncWaitOperator:
     async def _begin(self) -> Runtime:
         if self._runtime is not None:
             raise RuntimeError("this operator is already processing a source; use one per stream")
-        runtime = Runtime(self.spec, self.function, self._replay, self._parked_replay, self.latency)
+        runtime = Runtime(
+            self.spec, self.function, self._replay, self._parked_replay, self.latency, self._overflow
+        )
         self._replay, self._parked_replay = [], []
         self._runtime = runtime
         if self.function.open is not None:
@@ -259,6 +271,7 @@ class KeyedAsyncWaitOperator:
         finally:
             keep = runtime.spill is None and (runtime.holding or runtime.ctl.parked)
             self._leftover = runtime.leftover() if keep else []
+            runtime.run.overflow.close()  # what it held is in the leftover now, or not needed
             self._last_stats = stats_of(runtime)
             self._runtime = None
             if self.function.close is not None:
@@ -299,6 +312,10 @@ class KeyedAsyncWaitOperator:
         """
         runtime = self._runtime
         entries = runtime.ctl.live_entries() if runtime is not None else []
+        if runtime is not None:  # records set aside come after every record inside
+            after = entries[-1].seq + 1 if entries else 0
+            aside = runtime.run.overflow.peek()
+            entries += [Entry(after + i, item.record, item.key) for i, item in enumerate(aside)]
         pending = list(self._replay) if runtime is None else []
         return snapshot_of(entries, pending, self.spec.max_parallelism)
 

@@ -18,6 +18,7 @@ from ..core.entry import Entry
 from ..core.parking import ParkedItem
 from ..core.spec import WaitSpec
 from .backend import FunctionAdapter
+from .overflow import MemoryOverflow, Overflow
 
 __all__ = ["Counters", "Run", "resolve"]
 
@@ -44,14 +45,18 @@ def resolve(waiter: asyncio.Future[None] | None) -> None:
 class Run:
     """One ``process()`` call (see the module doc)."""
 
-    def __init__(self, spec: WaitSpec, fn: FunctionAdapter, latency: Any) -> None:
+    def __init__(
+        self, spec: WaitSpec, fn: FunctionAdapter, latency: Any, overflow: Overflow | None = None
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.spec = spec
         self.fn = fn
         self.key_of = spec.selector
         # emit_parked: parked records leave as outputs the moment they are parked (bounded memory)
         self.spill: list[ParkedItem] | None = [] if spec.emit_parked else None
-        self.ctl = Controller(spec.mode, self.key_of, self.spill)
+        self.ctl = Controller(spec.mode, self.key_of, self.spill, spec.blocked_capacity)
+        # a hot key's records past the waiting bound, until its queue runs dry
+        self.overflow: Overflow = overflow if overflow is not None else MemoryOverflow()
         self.capacity = spec.capacity
         self.blocked_capacity = spec.blocked_capacity
         self.counters = Counters()
@@ -63,6 +68,7 @@ class Run:
         self.output_waiter: asyncio.Future[None] | None = None
         self.capacity_waiter: asyncio.Future[None] | None = None
         self.spill_waiter: asyncio.Future[None] | None = None
+        self.aside_waiter: asyncio.Future[None] | None = None  # the intake waits for set-aside records
 
     # ------------------------------------------------------------------ wake-ups
 
@@ -71,29 +77,45 @@ class Run:
         resolve(self.output_waiter)
 
     def room_left(self) -> int:
-        """Records the intake may still admit. Invariant: records past BLOCKED (ready, running,
-        retrying, finished but not taken) never exceed ``capacity``; up to ``blocked_capacity``
-        more may wait behind their keys (KEY_ORDERED), so a window of few keys with many updates
-        each does not starve the other keys of concurrency."""
+        """Records the intake may still admit (new input, or records set aside coming back).
+
+        Invariants: records running or between attempts never exceed ``capacity``; records
+        inside never exceed ``capacity + blocked_capacity``. With a ``blocked_capacity``
+        (KEY_ORDERED) records waiting behind their keys take none of the capacity, so a hot key
+        never holds the other keys back (the controller sets aside what does not fit behind
+        busy keys); with 0 they count against it."""
         ctl = self.ctl
         inside = ctl.records_inside
         if self.blocked_capacity:
-            inside -= min(ctl.blocked_records, self.blocked_capacity)
+            inside -= ctl.blocked_records
         return self.capacity - inside
 
     def room(self) -> None:
-        """A place was freed: wake the intake if it waits for one."""
+        """A place was freed: wake the intake if it waits for one (for new input, or to bring
+        back records set aside)."""
         waiter = self.capacity_waiter
         if waiter is not None and self.room_left() > 0:
             self.capacity_waiter = None
             resolve(waiter)
+        if self.aside_waiter is not None and self.ctl.aside.due:
+            resolve(self.aside_waiter)
 
     def set_failure(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
         resolve(self.capacity_waiter)
         resolve(self.spill_waiter)
+        resolve(self.aside_waiter)
         self.notify()
+
+    async def wait_set_aside(self) -> None:
+        """Until a key's records set aside may come back: its queue ran dry or a place was freed
+        (or the run holds or failed)."""
+        waiter = self.aside_waiter = self.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self.aside_waiter = None
 
     async def wait_output(self, bound: float | None = None) -> None:
         """Until something may leave (or ``bound`` seconds pass)."""

@@ -30,6 +30,7 @@ from ..core.spec import WaitSpec
 from .backend import FunctionAdapter
 from .dispatch import Dispatcher
 from .intake import Intake
+from .overflow import Overflow
 from .run import Run, resolve
 
 __all__ = ["Runtime"]
@@ -45,8 +46,9 @@ class Runtime:
         replay: list[SnapshotRecord | Watermark],
         parked_replay: list[ParkedItem],
         latency: Any = None,
+        overflow: Overflow | None = None,
     ) -> None:
-        run = self.run = Run(spec, fn, latency)
+        run = self.run = Run(spec, fn, latency, overflow)
         self.dispatcher = Dispatcher(run)
         self.intake = Intake(run, self.dispatcher, replay, parked_replay)
         self.loop = run.loop
@@ -114,7 +116,8 @@ class Runtime:
 
     def leftover(self) -> list[ParkedItem]:
         """Every record that did not finish, in an order that keeps each key's arrival order:
-        records still inside (held), parked keys' queues, then what the intake never admitted."""
+        records still inside (held), parked keys' queues, records set aside, then what the
+        intake never admitted."""
         items: list[ParkedItem] = []
         for entry in self.ctl.live_entries():
             if entry.watermark or entry.state == State.DONE:
@@ -126,6 +129,7 @@ class Runtime:
                 )
             items.append(ParkedItem(entry.record, entry.key, info))
         items.extend(self.ctl.parked.items())
+        items.extend(self.run.overflow.items())
         items.extend(self.intake.unread())
         return items
 
@@ -141,6 +145,7 @@ class Runtime:
         run.holding = True
         self.dispatcher.hold()
         resolve(run.capacity_waiter)
+        resolve(run.aside_waiter)
         run.notify()
 
     async def close(self, intake: asyncio.Task[None], wait_running: bool) -> None:

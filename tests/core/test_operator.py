@@ -406,7 +406,8 @@ def test_capacity_pauses_intake_and_stats_show_blocked_keys() -> None:
             await gate.wait()
             return r["id"]
 
-        op = KeyedAsyncWaitOperator(f, mode="key_ordered", key="k", capacity=5)
+        # blocked_capacity=0: records behind their keys count against the capacity
+        op = KeyedAsyncWaitOperator(f, mode="key_ordered", key="k", capacity=5, blocked_capacity=0)
         async with aclosing(op.process(source())) as outputs:
             first = asyncio.ensure_future(outputs.__anext__())
             await started.wait()

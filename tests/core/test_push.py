@@ -54,7 +54,8 @@ def test_every_push_is_admitted_and_every_record_leaves_once_in_the_modes_order(
     groups: list[list[dict[str, Any]]], capacity: int, mode: OutputMode
 ) -> None:
     action = TurnsAction()
-    op = KeyedAsyncWaitOperator(action, mode=mode, key="k", capacity=capacity)
+    # blocked_capacity=0: records behind their keys count against the capacity (max_inside below)
+    op = KeyedAsyncWaitOperator(action, mode=mode, key="k", capacity=capacity, blocked_capacity=0)
     action.operator = op
     outputs, behind = _drive(op, groups)
     records = [r for g in groups for r in g]

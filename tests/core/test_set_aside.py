@@ -1,0 +1,143 @@
+"""A hot key never holds the other keys back: records waiting behind their keys take no capacity,
+are bounded, and past the bound are set aside and come back in order (property-tested over
+random keys, latencies, failures, watermarks and holds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
+
+from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, per_key, run
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def hot_streams(draw: st.DrawFn) -> list[Any]:
+    """Records of a few keys, key 0 hot (about half of them), latencies in loop turns, and a
+    few watermarks."""
+    n = draw(st.integers(0, 80))
+    keys = draw(st.lists(st.sampled_from([0, 0, 0, 0, 1, 2, 3, 4]), min_size=n, max_size=n))
+    lats = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    marks = sorted(draw(st.lists(st.integers(0, n), max_size=3)))
+    out: list[Any] = []
+    for i in range(n):
+        while marks and marks[0] == i:
+            marks.pop(0)
+            out.append(Watermark(len([x for x in out if isinstance(x, Watermark)]) + 1))
+        out.append({"id": i, "k": keys[i], "lat": lats[i]})
+    return out
+
+
+class Sampling(TurnsAction):
+    """A TurnsAction that also samples, at every start, the records waiting behind their keys."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.max_blocked = 0
+
+    async def __call__(self, record: dict) -> Any:
+        if self.operator is not None:
+            self.max_blocked = max(self.max_blocked, self.operator.stats.blocked_records)
+        return await super().__call__(record)
+
+
+@SETTINGS
+@given(
+    stream=hot_streams(),
+    capacity=st.integers(1, 6),
+    bound=st.integers(1, 6),
+    fail=st.sets(st.tuples(st.integers(0, 79), st.integers(1, 2)), max_size=8),
+    eager=st.booleans(),
+)
+def test_set_aside_records_come_back_in_order_and_memory_stays_bounded(
+    stream: list[Any], capacity: int, bound: int, fail: set, eager: bool
+) -> None:
+    action = Sampling(fail=fail, eager=eager)
+    op = KeyedAsyncWaitOperator(
+        action,
+        mode=OutputMode.KEY_ORDERED,
+        key="k",
+        capacity=capacity,
+        blocked_capacity=bound,
+        retry=RetryStrategy.fixed_delay(3, 0),
+    )
+    action.operator = op
+    out = run(collect(op, stream))
+    records = [x for x in stream if not isinstance(x, Watermark)]
+    assert sorted(ids(out)) == [r["id"] for r in records]  # every record once
+    assert per_key(out) == per_key(records)  # per key in arrival order
+    for key, started in action.starts_per_key.items():
+        deduped = [rid for i, rid in enumerate(started) if i == 0 or started[i - 1] != rid]
+        assert deduped == per_key(records)[key]  # a retry starts again before the next of its key
+    assert action.max_running_per_key <= 1
+    assert action.max_total_running <= capacity
+    assert action.max_blocked <= bound  # what waits in memory is bounded
+    assert action.max_inside <= capacity + bound  # ... and takes no capacity
+    assert_nothing_crosses_watermarks(stream, out)
+
+
+def _hot_first(hot: int, others: int) -> list[dict[str, Any]]:
+    """``hot`` records of key 0 first (5 turns each), then one record of each of ``others`` keys."""
+    rows = [{"id": i, "k": 0, "lat": 5} for i in range(hot)]
+    return rows + [{"id": hot + i, "k": i + 1, "lat": 1} for i in range(others)]
+
+
+@pytest.mark.parametrize("bound", [1, 10, 10_000])
+def test_a_hot_key_never_holds_the_other_keys_back(bound: int) -> None:
+    action = TurnsAction()
+    op = KeyedAsyncWaitOperator(action, mode="key_ordered", key="k", capacity=4, blocked_capacity=bound)
+    out = run(collect(op, _hot_first(hot=200, others=20)))
+    order = ids(out)
+    # the 20 other keys (3 at a time beside the hot key) all finish while the hot key is still
+    # at its first records
+    assert max(order.index(200 + i) for i in range(20)) < 40
+    assert [i for i in order if i < 200] == list(range(200))
+
+
+def test_without_isolation_the_other_keys_wait_for_the_hot_key() -> None:
+    action = TurnsAction()
+    op = KeyedAsyncWaitOperator(action, mode="key_ordered", key="k", capacity=4, blocked_capacity=0)
+    order = ids(run(collect(op, _hot_first(hot=200, others=20))))
+    assert min(order.index(200 + i) for i in range(20)) > 190  # blocked records took the capacity
+
+
+def test_a_held_run_leaves_its_set_aside_records_in_order() -> None:
+    async def main() -> tuple[list[Any], list[Any]]:
+        action = TurnsAction()
+        op = KeyedAsyncWaitOperator(action, mode="key_ordered", key="k", capacity=2, blocked_capacity=3)
+
+        async def source() -> Any:
+            for row in _hot_first(hot=30, others=4):
+                yield row
+            op.hold()  # everything read: some of key 0 run, 3 wait, the rest is set aside
+
+        out = await collect(op, source())
+        return out, op.leftover
+
+    out, leftover = run(main())
+    done, left = ids(out), [item.record["id"] for item in leftover]
+    assert sorted(done + left) == list(range(34))
+    assert [i for i in left if i < 30] == sorted(i for i in left if i < 30)  # key 0: in order
+    assert all(i not in done for i in left) and left  # nothing twice, something left
+
+
+def test_a_snapshot_holds_the_set_aside_records() -> None:
+    async def main() -> list[Any]:
+        action = TurnsAction()
+        op = KeyedAsyncWaitOperator(action, mode="key_ordered", key="k", capacity=2, blocked_capacity=2)
+        rows = _hot_first(hot=20, others=0)
+        outputs = op.process(rows)
+        first = await outputs.__anext__()  # the consumer holds one output: snapshot now
+        snapshot = op.snapshot()
+        await outputs.aclose()
+        fresh = KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key="k", capacity=2)
+        fresh.restore(snapshot)
+        return [first, *await collect(fresh, [])]
+
+    assert ids(run(main())) == list(range(20))
