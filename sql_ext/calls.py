@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from keyed_async_wait.core.elements import OutputMode
 from keyed_async_wait.runtime.push import PushDriver
 from keyed_async_wait.spark.compat import arrow_type
 from keyed_async_wait.spark.plan import Plan
@@ -31,7 +30,6 @@ __all__ = ["DrivenCall", "StartedCall", "TableCall", "start_call"]
 
 log = logging.getLogger("sql_ext.table")  # the logger the docs name for the mode decision
 
-_BLOCKED_PER_CAPACITY = 100  # records that may wait behind their keys, per unit of capacity
 _PUSH_SIZE = 64  # rows per hand-over to the operator: fewer loop turns, still prompt
 
 
@@ -63,17 +61,13 @@ def start_call(
     log.info("async_lookup(%s): %s", source.name, decision.describe())
     if decisions is not None:
         decisions.add({f"{source.name}: {decision.describe()}": 1})
-    key = decision.key or None
-    # Spark hands a task's rows over group by group: many updates of few keys at a time. Let
-    # them wait behind their keys beyond the capacity, so the other keys still run.
-    keyed = decision.mode is OutputMode.KEY_ORDERED
-    blocked = _BLOCKED_PER_CAPACITY * view.operator.buffer_capacity if keyed else 0
+    # Spark hands a task's rows over group by group: many updates of few keys at a time; they
+    # wait behind their keys outside the capacity (blocked-capacity), so the other keys still run
     plan, adapter = task_plan(
         source,
         view,
         decision.mode,
-        key=key,
-        blocked_capacity=blocked,
+        key=decision.key or None,
         session_tz=zone,
         out_schema=out_schema,
         input_columns=analysis.columns,

@@ -59,12 +59,12 @@ def task_plan(
 ) -> tuple[Plan, FunctionAdapter]:
     """The plan of this task's call of ``source`` under ``view``'s settings, and the process's
     instance of the source as the settings configure it (a lookup without a cache or limits of
-    its own gets those the settings describe). ``options``: the spec's (``key``,
-    ``blocked_capacity``) and the plan's (``join``, ``error_column``)."""
+    its own gets those the settings describe). ``options``: the spec's (``key``) and the
+    plan's (``join``, ``error_column``)."""
     configured = adapt_function(source.function).configured
     identity, backend = configured(view.raw) if configured is not None else ("", source.function)
     token = f"{source.token}:{identity}" if identity else source.token
-    spec_options = {name: options.pop(name) for name in ("key", "blocked_capacity") if name in options}
+    spec_options = {name: options.pop(name) for name in ("key",) if name in options}
     plan = plan_of(
         WaitSpec.resolve(view.operator, mode, **spec_options),
         backend,

@@ -161,7 +161,7 @@ class AsyncDataStream:
         order_by: str | Sequence[str] | None = None,
         assume_partitioned: bool = False,
         num_partitions: int | None = None,
-        blocked_capacity: int = 0,
+        blocked_capacity: int | None = None,
         timeout: float | None = None,
         capacity: int | None = None,
         retry: RetryStrategy | None = None,
@@ -189,10 +189,12 @@ class AsyncDataStream:
             The DataFrame is already partitioned by the key: no repartition.
         num_partitions : int, optional
             Partitions of the repartition (default ``spark.sql.shuffle.partitions``).
-        blocked_capacity : int
-            Rows that may wait behind their key beyond ``capacity`` (default 0): with input that
-            brings many updates of few keys at a time, other keys still get ``capacity`` rows in
-            flight; memory then holds up to ``capacity + blocked_capacity`` rows per task.
+        blocked_capacity : int, optional
+            Rows that may wait behind their keys per task, outside ``capacity``
+            (``...async-lookup.blocked-capacity``, default 10,000, about 10 MB): a hot key never
+            holds the other keys back. Past it a busy key's further rows are set aside on the
+            task's local disk and come back in order. 0: rows behind their key count against
+            ``capacity`` instead.
         df, fn, timeout, capacity, retry, output_schema, join, error_column
             As :meth:`ordered_wait`.
         batch_size, metrics, backlog, event_time, observe
@@ -246,6 +248,7 @@ class AsyncDataStream:
         replay_rows: int | None = None,
         state_window: int = 16,
         step_journal: ProgressJournal | None = None,
+        blocked_capacity: int | None = None,
         timeout: float | None = None,
         capacity: int | None = None,
         retry: RetryStrategy | None = None,
@@ -283,6 +286,9 @@ class AsyncDataStream:
         step_journal : lookup.StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
+        blocked_capacity : int, optional
+            As :meth:`key_ordered_wait`; past it a busy key's further rows are parked (keyed
+            state) for the next micro-batch instead of set aside on disk.
         key, order_by, num_partitions, df, fn, timeout, capacity, retry, output_schema, join
             As :meth:`key_ordered_wait`; ``error_column``, ``batch_size`` and ``metrics`` too.
 
@@ -299,6 +305,7 @@ class AsyncDataStream:
         """
         _no_unknown("key_ordered_stream", unknown)
         operator = dict(timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size)
+        operator.update(blocked_capacity=blocked_capacity)
         edge = dict(output_schema=output_schema, join=join, error_column=error_column, metrics=metrics)
         state: dict[str, Any] = dict(
             time_cap=time_cap, on_error=on_error, defer=defer, max_defer_age=max_defer_age

@@ -92,6 +92,7 @@ class AsyncWaitMetrics:
         "throttled_ms",
         "writes_applied",  # write actions (RedisWrite, HttpWrite): applied, and refused as stale
         "writes_stale",  # (the store held that version or a newer one)
+        "set_aside",  # KEY_ORDERED: records of hot keys past blocked_capacity, spilled to local disk
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 

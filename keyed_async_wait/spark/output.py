@@ -350,6 +350,17 @@ class RowSource:
         """A row's position in the task's input (orders parked rows of a key)."""
         return self._where[id(record)]
 
+    def take_rows(self, records: Sequence[dict[str, Any]]) -> pa.RecordBatch:
+        """The input rows of ``records``, in that order, as one batch of the input columns;
+        the rows leave this source (as if output): it holds nothing of them any more. Read the
+        batch back with :meth:`read` for the same records."""
+        where = self._where
+        positions = [where.pop(id(record)) for record in records]
+        names = self.plan.input_columns
+        batch = pa.RecordBatch.from_arrays(self._input_arrays(positions), names=list(names))
+        self._release(positions)
+        return batch
+
 
 def _misfit_failed(source: RowSource, item: Any) -> Any:
     """``item``, or a FailedRecord when one of its results does not fit the schema."""

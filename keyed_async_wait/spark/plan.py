@@ -22,6 +22,7 @@ from ..core.parking import DeferPolicy
 from ..core.spec import WaitSpec
 from ..runtime.backend import FunctionAdapter
 from ..runtime.operator import KeyedAsyncWaitOperator
+from ..runtime.overflow import Overflow
 from .worker import shared
 
 __all__ = ["Plan", "plan_of"]
@@ -52,10 +53,13 @@ class Plan:
     def mode(self) -> OutputMode:
         return self.spec.mode
 
-    def operator(self, adapter: FunctionAdapter, gear: Gear | None = None) -> KeyedAsyncWaitOperator:
+    def operator(
+        self, adapter: FunctionAdapter, gear: Gear | None = None, overflow: Overflow | None = None
+    ) -> KeyedAsyncWaitOperator:
         """The task's operator: the plan's spec in the task's backlog gear, over the process's
-        instance of the function (whose open and close the process owns)."""
-        return KeyedAsyncWaitOperator.from_spec(shared(adapter), self.spec.in_gear(gear))
+        instance of the function (whose open and close the process owns); ``overflow``: where
+        it keeps the records it sets aside (a hot key's past the waiting bound)."""
+        return KeyedAsyncWaitOperator.from_spec(shared(adapter), self.spec.in_gear(gear), overflow)
 
 
 def plan_of(

@@ -25,6 +25,7 @@ from .metrics import BACKEND_COUNTERS
 from .output import RowSource
 from .plan import Plan
 from .runner import OUTPUT_ROWS
+from .spill import ArrowSpill
 from .worker import drive, gathered, worker_loop
 
 __all__ = ["Task", "lookup_counts", "run_partition"]
@@ -50,8 +51,9 @@ class Task:
         self._collected = self.collector.sample()
         self._instances: Instances | None = worker.instances
         self.adapter = worker.instances.acquire(plan.token, plan.function)  # released in report()
-        self.op = plan.operator(self.adapter, gear)
         self.source = RowSource(plan)
+        self.spill = ArrowSpill(self.source)  # a hot key's records past the waiting bound
+        self.op = plan.operator(self.adapter, gear, self.spill)
         self._before = dict(self.adapter.counters())
         self._started = time.monotonic()
         self._cpu_started = time.process_time()  # the worker process's CPU: what executors pay
@@ -99,7 +101,7 @@ class Task:
         log.info(
             "async wait task: mode=%s gear=%s%s records=%d rows_out=%d wall=%.2fs cpu=%.2fs attempts=%d "
             "batches=%d retries=%d timeouts=%d failures=%d lookups=%s cache_hits=%s peak_in_flight=%d "
-            "peak_blocked_keys=%d latency_p50=%s p95=%s p99=%s gc=%s%s",
+            "peak_blocked_keys=%d set_aside=%d latency_p50=%s p95=%s p99=%s gc=%s%s",
             plan.mode.name,
             gear.name if gear else "-",
             " (columnar)" if columnar else "",
@@ -116,6 +118,7 @@ class Task:
             lookups.get("cache_hits", "-"),
             self.peak_in_flight,
             self.peak_blocked_keys,
+            self.spill.spilled,
             *(_ms(latency.percentile(p)) for p in (50, 95, 99)),
             self._collections(),
             _backend_text(lookups, self.adapter.gauges()),
@@ -127,6 +130,7 @@ class Task:
             retries=stats.retries,
             timeouts=stats.timeouts,
             failures=stats.failures,
+            set_aside=self.spill.spilled,
             **{name: lookups.get(name, 0) for name in BACKEND_COUNTERS},
             peak_in_flight=self.peak_in_flight,
             peak_blocked_keys=self.peak_blocked_keys,

@@ -134,6 +134,34 @@ def test_blocked_capacity_keeps_other_keys_running_past_one_keys_run_of_updates(
     assert least <= peak_concurrency(state.calls) <= most  # never more than the capacity
 
 
+def test_a_hot_key_is_set_aside_on_local_disk_and_never_holds_the_other_keys_back(
+    spark: Any, service: Any
+) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.002, True
+    # 300 updates of order 0 first, then one update of each of 60 other orders
+    rows = [(i, 0, i % 40) for i in range(300)] + [(300 + i, 1 + i, i % 40) for i in range(60)]
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(
+        spark.createDataFrame(rows, SCHEMA),
+        user_lookup(url),
+        "order_id",
+        order_by="seq",
+        num_partitions=1,
+        capacity=8,
+        blocked_capacity=20,  # the rest of order 0 is set aside on the task's local disk
+        batch_size=None,
+        metrics=metrics,
+    ).collect()
+    assert sorted(r.seq for r in out) == list(range(360))
+    assert all(r.name == f"user-{r.user_id}" for r in out)
+    assert overlaps_and_disorder(state.calls) == (0, 0)  # order 0 one at a time, in seq order
+    assert metrics.value["set_aside"] >= 300 - 20 - 8
+    hot = sorted(start for _, start, _, query in state.calls if query["order"] == "0")
+    others = [start for _, start, _, query in state.calls if query["order"] != "0"]
+    assert max(others) < hot[60]  # the other orders ran while order 0 was at its start
+
+
 def test_unordered_wait_lets_one_key_overlap(spark: Any, service: Any) -> None:
     url, state = service
     state.latency, state.jitter, state.record_calls = 0.01, 0.02, True
