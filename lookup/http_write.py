@@ -57,6 +57,15 @@ class HttpWrite(Write):
     result : str
         The name of the result column: true when the write was applied, false when refused as
         stale (default ``applied``).
+    coalesce : bool
+        While a key has a write in flight, the writes that queue behind it collapse to the
+        newest: only it is sent, the others leave with ``applied`` false and ``outcome``
+        ``"superseded"`` (counted as ``writes_superseded``). The store ends at the newest
+        version as without coalescing, far sooner for a hot key; wrong for a store that must
+        see every version (an audit log, a counter). Needs ``version``.
+    outcome : str
+        With ``coalesce``: the name of a second result column, ``"applied"``, ``"stale"`` or
+        ``"superseded"`` (default ``outcome``).
     at_least_once : bool
         No version: nothing to fence by, so a re-run sends again and an older write may land
         after a newer one.
@@ -82,6 +91,8 @@ class HttpWrite(Write):
         deleted: str | None = None,
         at_least_once: bool = False,
         result: str = "applied",
+        coalesce: bool = False,
+        outcome: str = "outcome",
         headers: Mapping[str, str | Secret] | None = None,
         bearer_token: str | Secret | None = None,
         bearer_token_env: str | None = None,
@@ -121,7 +132,12 @@ class HttpWrite(Write):
         self._redactor = Redactor(texts)
         inputs = (*self.url.fields, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
-            version=version, at_least_once=at_least_once, fields=tuple(dict.fromkeys(inputs)), result=result
+            version=version,
+            at_least_once=at_least_once,
+            fields=tuple(dict.fromkeys(inputs)),
+            result=result,
+            coalesce=coalesce,
+            outcome=outcome,
         )
 
     def __repr__(self) -> str:

@@ -109,6 +109,15 @@ class RedisWrite(Write):
     result : str
         The name of the result column: true when the write was applied, false when refused as
         stale (default ``applied``).
+    coalesce : bool
+        While a key has a write in flight, the writes that queue behind it collapse to the
+        newest: only it is sent, the others leave with ``applied`` false and ``outcome``
+        ``"superseded"`` (counted as ``writes_superseded``). The store ends at the newest
+        version as without coalescing, far sooner for a hot key; wrong for a store that must
+        see every version (an audit log, a counter). Needs ``version``.
+    outcome : str
+        With ``coalesce``: the name of a second result column, ``"applied"``, ``"stale"`` or
+        ``"superseded"`` (default ``outcome``).
     at_least_once : bool
         Write without a version: no fencing, so a re-run writes again and may write an older
         value over a newer one.
@@ -132,6 +141,8 @@ class RedisWrite(Write):
         tombstone_ttl: float = 7 * 24 * 3600,
         at_least_once: bool = False,
         result: str = "applied",
+        coalesce: bool = False,
+        outcome: str = "outcome",
         db: int | None = None,
         password_env: str | None = None,
         max_connections: int = 100,
@@ -171,7 +182,12 @@ class RedisWrite(Write):
         self._script_loaded = False  # SCRIPT LOAD done on the current client
         inputs = (*self.key.fields, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
-            version=version, at_least_once=at_least_once, fields=tuple(dict.fromkeys(inputs)), result=result
+            version=version,
+            at_least_once=at_least_once,
+            fields=tuple(dict.fromkeys(inputs)),
+            result=result,
+            coalesce=coalesce,
+            outcome=outcome,
         )
 
     def __repr__(self) -> str:

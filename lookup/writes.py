@@ -61,6 +61,7 @@ class WriteStats:
     requests: int = 0  # calls to the store (a pipeline of a batch is one)
     applied: int = 0  # writes the store applied
     stale: int = 0  # writes refused: the store held that version or a newer one
+    superseded: int = 0  # writes not sent: a newer record of the key was waiting (coalesce)
     errors: int = 0
 
 
@@ -74,15 +75,31 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
     writes = True  # it changes a store: SQL gets it only with allow_writes=True
 
     def __init__(
-        self, *, version: str | None, at_least_once: bool, fields: tuple[str, ...], result: str = "applied"
+        self,
+        *,
+        version: str | None,
+        at_least_once: bool,
+        fields: tuple[str, ...],
+        result: str = "applied",
+        coalesce: bool = False,
+        outcome: str = "outcome",
     ) -> None:
-        if not isinstance(result, str) or not result.isidentifier():
-            raise LookupOptionError("result", f"result={result!r}; allowed: a column name")
-        self.result = result
+        for name, value in (("result", result), ("outcome", outcome)):
+            if not isinstance(value, str) or not value.isidentifier():
+                raise LookupOptionError(name, f"{name}={value!r}; allowed: a column name")
+        if coalesce and outcome == result:
+            raise LookupOptionError("outcome", f"outcome={outcome!r}; allowed: a name other than result=")
+        self.result, self.outcome, self.coalesce = result, outcome, bool(coalesce)
         if version is None and not at_least_once:
             raise LookupOptionError("version", f"a write needs {NO_VERSION}")
         if version is not None and not isinstance(version, str):
             raise LookupOptionError("version", f"version={version!r}; allowed: a column name")
+        if coalesce and version is None:
+            raise LookupOptionError(
+                "coalesce",
+                "coalesce=True needs version='column': only a store fenced by version ends at the "
+                "newest version whatever writes it skips",
+            )
         self.version = version
         self.at_least_once = at_least_once
         self.stats = WriteStats()
@@ -103,7 +120,7 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
     # ------------------------------------------------------------------ what a write is
 
     def output_schema(self) -> str:
-        return f"{self.result} boolean"
+        return f"{self.result} boolean" + (f", {self.outcome} string" if self.coalesce else "")
 
     def input_fields(self) -> tuple[str, ...]:
         extra = (self.version,) if self.version is not None and self.version not in self._fields else ()
@@ -126,9 +143,21 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
         return self._invoke_batch if self.batching else None
 
     def counters(self) -> dict[str, int]:
-        """Calls made, writes applied and refused as stale, in this process so far."""
+        """Calls made, writes applied, refused as stale and superseded, in this process so far."""
         stats = self.stats
-        return {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
+        counts = {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
+        return {**counts, "writes_superseded": stats.superseded}
+
+    @property
+    def superseded(self) -> Any:
+        """With ``coalesce``: the results of a record whose write is skipped because a newer
+        record of its key waited behind the same write in flight (the engine runs the newest)."""
+        return self._superseded if self.coalesce else None
+
+    def _superseded(self, record: Any) -> list[dict[str, Any]]:
+        self.stats.records += 1
+        self.stats.superseded += 1
+        return [{self.result: False, self.outcome: "superseded"}]
 
     def describe_call(self, record: Any) -> str:
         return f"{type(self).__name__} of {self.target(record)!r}"
@@ -175,6 +204,8 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
             self.stats.applied += 1
         else:
             self.stats.stale += 1
+        if self.coalesce:
+            return {self.result: applied, self.outcome: "applied" if applied else "stale"}
         return {self.result: applied}
 
     # ------------------------------------------------------------------ client lifecycle

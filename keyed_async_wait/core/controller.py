@@ -35,6 +35,9 @@ class Controller:
     * ``plain_output`` stays True while every entry that leaves is a finished record with a
       result list: no watermark came in, no record failed or was parked (the batch consumer's
       fast path);
+    * KEY_ORDERED with ``coalesce``: a key's records still start in arrival order, but of those
+      that waited behind one run only the newest runs; the older are done, superseded, and leave
+      before it (:attr:`superseded`);
     * KEY_ORDERED with a ``blocked_bound``: records waiting behind their keys never exceed it;
       past it a busy key's records are set aside (:mod:`.set_aside`: listed in
       :attr:`set_aside` for the runtime to spill, or parked when parked records leave at once)
@@ -49,6 +52,7 @@ class Controller:
         "_seq",
         "aside",
         "aside_parked",
+        "coalesce",
         "held_back",
         "mode",
         "out",
@@ -56,6 +60,7 @@ class Controller:
         "plain_output",
         "records_inside",
         "set_aside",
+        "superseded",
     )
 
     def __init__(
@@ -64,6 +69,7 @@ class Controller:
         key_of: KeySelector | None,
         spill: list[ParkedItem] | None = None,
         blocked_bound: int = 0,
+        coalesce: bool = False,
     ) -> None:
         self.mode = mode
         self._key_of = key_of
@@ -79,6 +85,10 @@ class Controller:
         self.set_aside: list[tuple[Hashable, Any]] = []  # for the runtime to spill (take_set_aside)
         self.aside_parked: deque[Hashable] = deque()  # parked keys whose set-aside records follow
         self.held_back: list[Any] = []  # from a watermark on: admitted once nothing is set aside
+        # KEY_ORDERED: when a key's record finishes, only the newest of those waiting behind it
+        # runs; the older ones are done at once, superseded (the runtime gives their results)
+        self.coalesce = coalesce and self._keys is not None
+        self.superseded: list[Entry] = []
 
     def admit_parked(self, item: ParkedItem, now: float) -> Entry | None:
         """Take in a record replayed from parked state: it stays parked while its key is, or
@@ -256,12 +266,22 @@ class Controller:
         """The next entry of ``key`` to run, or None; a key with records set aside stays held
         when its queue runs dry, and is due a refill."""
         assert self._keys is not None
+        if self.coalesce:
+            older = self._keys.older(key)
+            if older:
+                self._supersede(older)
         if not self.aside.holds(key):
             return self._keys.release(key)
         nxt = self._keys.release(key, hold=True)
         if nxt is None:
             self.aside.due.append(key)
         return nxt
+
+    def _supersede(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            entry.state = State.DONE
+        self._output.complete_many(entries)
+        self.superseded += entries
 
     def admit_watermark(self, watermark: Watermark) -> None:
         self.plain_output = False
@@ -307,7 +327,7 @@ class Controller:
         self._output.complete_many(entries)
         if self._keys is None:
             return []
-        if self.aside:  # a key with records set aside may be held: one by one
+        if self.aside or self.coalesce:  # a key may be held or coalesced: one by one
             held = [self._release(entry.key) for entry in entries if not entry.released]
             ready = [entry for entry in held if entry is not None]
         else:

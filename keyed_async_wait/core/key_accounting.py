@@ -95,6 +95,16 @@ class KeyAccounting(Generic[T]):
             del keys[key]
         return None
 
+    def older(self, key: Hashable) -> list[T]:
+        """Every item waiting behind ``key`` but the newest, taken out, oldest first (coalescing:
+        only the newest of a run of waiting items runs)."""
+        waiting = self._keys[key]
+        if waiting is None or len(waiting) < 2:
+            return []
+        taken = [waiting.popleft() for _ in range(len(waiting) - 1)]
+        self._blocked_items -= len(taken)
+        return taken
+
     def requeue(self, key: Hashable, items: list[T]) -> None:
         """``items`` wait behind ``key``, occupied and held, in this order."""
         if not items:

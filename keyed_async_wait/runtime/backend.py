@@ -34,6 +34,9 @@ member                  default                         what the engine does wit
                                                         ``allow_writes=True``)
 ``null_key_is_miss``    False                           a NULL input field is a miss without a call
                                                         (SQL's rule for a join key)
+``superseded(r)``       absent                          KEY_ORDERED: only the newest record waiting
+                                                        behind a key runs; the older get these
+                                                        results (a write fenced by version)
 ``bind_release(f)``     absent                          given ``release(record)``: the action lets
                                                         its key go before it ends (a chain)
 ======================  ==============================  ===========================================
@@ -190,6 +193,7 @@ class FunctionAdapter:
         "null_key_is_miss",
         "open",
         "output_schema",
+        "superseded",
         "to_results",
         "writes",
     )
@@ -216,6 +220,7 @@ class FunctionAdapter:
         output_schema: str | None = None,
         writes: bool = False,
         null_key_is_miss: bool = False,
+        superseded: Callable[[Any], Any] | None = None,
     ) -> None:
         self.name = name
         self.instance = instance
@@ -236,6 +241,7 @@ class FunctionAdapter:
         self.output_schema = output_schema
         self.writes = writes
         self.null_key_is_miss = null_key_is_miss
+        self.superseded = superseded
 
     def replaced(self, **changes: Any) -> FunctionAdapter:
         """A copy with ``changes`` (slot names), every other slot as here."""
@@ -301,6 +307,7 @@ def adapt_function(function: Any) -> FunctionAdapter:
             output_schema=declared_output_schema(function),
             writes=bool(getattr(function, "writes", False)),
             null_key_is_miss=bool(getattr(function, "null_key_is_miss", False)),
+            superseded=_member(function, "superseded"),
         )
     if callable(function):
         return FunctionAdapter(

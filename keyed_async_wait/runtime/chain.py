@@ -231,6 +231,21 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
             produced.update(self.fields[step.name])
         return tuple(needed)
 
+    @property
+    def superseded(self) -> Any:
+        """When the last step is a write that coalesces (``coalesce=True``): the results of a
+        record skipped for a newer one of its key (no step ran for it), else None."""
+        last = adapt_function(self.steps[-1].function).superseded if self.steps else None
+        if last is None:
+            return None
+
+        def superseded(record: Any) -> list[dict[str, Any]]:
+            out: dict[str, Any] = dict.fromkeys(f for name in self.names for f in self.fields[name])
+            out.update(adapt_function(self.steps[-1].function).to_results(last(record))[0])
+            return [out]
+
+        return superseded
+
     def counters(self) -> dict[str, int]:
         """The steps' counts (their backends' ``counters()``), summed, in this process so far."""
         total: dict[str, int] = {}

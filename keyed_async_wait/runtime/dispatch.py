@@ -86,13 +86,18 @@ class Dispatcher:
 
     def drain(self) -> None:
         run = self.run
+        if run.ctl.superseded:  # finished (coalesced away): results now, held or not
+            self.outcomes.supersede()
         if run.holding:
             return  # held entries stay in the ready queue for the leftover
         self.draining = True
         try:
             ready, now, batcher = self.ready, -1.0, self.batcher
-            parked = run.ctl.aside_parked  # a deque, changed in place
-            while ready or parked:
+            parked, superseded = run.ctl.aside_parked, run.ctl.superseded  # changed in place
+            while ready or parked or superseded:
+                if superseded:
+                    self.outcomes.supersede()
+                    continue
                 if parked:
                     self._park_set_aside()
                     continue

@@ -116,6 +116,18 @@ class Outcomes:
             self.ready.append(nxt)
         run.notify()
 
+    def supersede(self) -> None:
+        """Records the controller found superseded (coalescing: a newer one of their key runs
+        instead): their results, as the function gives them for such a record."""
+        run = self.run
+        entries = run.ctl.superseded[:]
+        run.ctl.superseded.clear()
+        superseded, to_results = self.fn.superseded, self.fn.to_results
+        assert superseded is not None
+        for entry in entries:
+            entry.results = to_results(superseded(entry.record))
+        run.notify()
+
     def succeed_many(self, done: list[Entry]) -> None:
         """Entries whose results are set and state DONE (a batch's fast path); the next entries
         of their keys join the ready queue."""

@@ -54,7 +54,8 @@ class Run:
         self.key_of = spec.selector
         # emit_parked: parked records leave as outputs the moment they are parked (bounded memory)
         self.spill: list[ParkedItem] | None = [] if spec.emit_parked else None
-        self.ctl = Controller(spec.mode, self.key_of, self.spill, spec.blocked_capacity)
+        coalesce = fn.superseded is not None
+        self.ctl = Controller(spec.mode, self.key_of, self.spill, spec.blocked_capacity, coalesce)
         # a hot key's records past the waiting bound, until its queue runs dry
         self.overflow: Overflow = overflow if overflow is not None else MemoryOverflow()
         self.capacity = spec.capacity

@@ -45,6 +45,7 @@ BACKEND_COUNTERS = (
     "throttled_ms",
     "writes_applied",
     "writes_stale",
+    "writes_superseded",
 )
 
 
@@ -91,7 +92,8 @@ class AsyncWaitMetrics:
         "short_circuited",  # the adaptive limit
         "throttled_ms",
         "writes_applied",  # write actions (RedisWrite, HttpWrite): applied, and refused as stale
-        "writes_stale",  # (the store held that version or a newer one)
+        "writes_stale",  # (the store held that version or a newer one), and skipped as superseded
+        "writes_superseded",  # (coalesce=True: a newer record of the key waited)
         "set_aside",  # KEY_ORDERED: records of hot keys past blocked_capacity, spilled to local disk
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw

@@ -98,3 +98,25 @@ def test_racing_writes_of_a_key_never_take_the_service_back_in_time(service: Any
         if applied:
             assert version > held
             held = version
+
+
+def test_coalesced_upserts_of_a_hot_key_end_at_the_newest_in_a_few_writes(service: Any) -> None:
+    url, state = service
+    state.latency = 0.02
+    fn = HttpWrite(url + "/records/{id}", fields=["name", "v"], version="v", coalesce=True)
+    updates = [{"id": 9, "v": v, "name": f"n{v}"} for v in range(300)]
+    pairs = run(write_all(fn, updates))
+    assert state.records["9"][1] == {"name": "n299", "v": 299}  # the newest, as without coalescing
+    outcomes = [res[0]["outcome"] for _, res in pairs]
+    assert outcomes[0] == "applied" and outcomes[-1] == "applied" and len(state.write_log) <= 3
+    assert outcomes.count("superseded") == 300 - len(state.write_log) == fn.stats.superseded
+    assert all(not res[0]["applied"] for _, res in pairs if res[0]["outcome"] == "superseded")
+    versions = [v for _, v, applied, _ in state.write_log if applied]  # order-preserving text
+    assert versions == sorted(versions)  # the service's log never goes back in time
+    assert fn.output_schema() == "applied boolean, outcome string"
+
+
+def test_coalescing_needs_a_version(service: Any) -> None:
+    url, _ = service
+    with pytest.raises(LookupOptionError, match="coalesce=True needs version="):
+        HttpWrite(url + "/records/{id}", fields=["name"], at_least_once=True, coalesce=True)
