@@ -60,11 +60,14 @@ def bucket_expression(hashed: str, count: int, spread: list[int] | None) -> str:
     return f"element_at(array({values}), {bucket} + 1)"
 
 
-def bucketing(partitions: str) -> tuple[list[int] | None, int]:
+def bucketing(partitions: str, slots: int) -> tuple[list[int] | None, int]:
     """For the session's ``spark.sql.shuffle.partitions`` (a number, or e.g. "auto" on some
-    platforms): the bucket values, and the default bucket count, one per partition (so each task
-    gets one group and all its keys arrive interleaved), at most :data:`MAX_SPREAD`."""
+    platforms) and the cluster's task slots: the bucket values, and the default bucket count,
+    one per task slot (at most one per partition, and :data:`MAX_SPREAD`): the buckets land on
+    partitions of their own, so each task that runs holds one group, as many keys as it can, all
+    arriving interleaved. (One per shuffle partition, 200 by default, would give each running
+    task a two-hundredth of the keys on a small cluster.)"""
     if not partitions.isdigit() or int(partitions) < 1:
-        return None, DEFAULT_BUCKETS
+        return None, max(1, min(slots, MAX_SPREAD)) if slots > 0 else DEFAULT_BUCKETS
     count = int(partitions)
-    return spread_values(count), min(count, MAX_SPREAD)
+    return spread_values(count), max(1, min(slots, count, MAX_SPREAD))

@@ -10,7 +10,7 @@ from keyed_async_wait.core.exceptions import SparkVersionError
 from keyed_async_wait.runtime.backend import adapt_function
 from keyed_async_wait.spark import compat
 from keyed_async_wait.spark.metrics import is_connect
-from keyed_async_wait.spark.session import session_time_zone, session_view
+from keyed_async_wait.spark.session import session_time_zone, session_view, task_slots
 
 from .buckets import bucketing
 from .declared import Declarations
@@ -107,7 +107,7 @@ class AsyncLookupSQL:
         from pyspark.sql.functions import udtf
 
         partitions = str(self.spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        spread, default = bucketing(partitions)
+        spread, default = bucketing(partitions, task_slots(self.spark))
 
         def bound(arrow: bool) -> type:
             zone, allowed = session_time_zone(self.spark), self.declared_sources

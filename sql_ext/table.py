@@ -8,7 +8,7 @@ Arguments (constants, by name after the first two):
   recognised without it).
 - ``order_by => 'seq'``: the arrival order within a key (an offset, a sequence number).
 - ``buckets => 16``: how many groups of keys an update stream is spread over (below); by
-  default one per shuffle partition (``spark.sql.shuffle.partitions`` at install, at most 1024).
+  default one per task slot of the cluster at install (at most one per shuffle partition).
 - ``join => 'left'`` (keep rows whose lookup missed, results NULL) or ``'inner'`` (drop them).
 - ``error_column => '_error'``: a row whose lookup failed (its retries spent, its time out) or
   whose result does not fit its columns keeps its input, with NULL results and the error in

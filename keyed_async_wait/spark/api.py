@@ -30,7 +30,7 @@ from .journal import ProgressJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
-from .session import shuffle_partitions
+from .session import key_partitions
 from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .task import run_partition
 
@@ -188,7 +188,9 @@ class AsyncDataStream:
         assume_partitioned : bool
             The DataFrame is already partitioned by the key: no repartition.
         num_partitions : int, optional
-            Partitions of the repartition (default ``spark.sql.shuffle.partitions``).
+            Partitions of the repartition (default: one per task slot of the cluster, so that
+            every running task holds as many keys as it can; see "Key order at production
+            shapes" in the Spark guide).
         blocked_capacity : int, optional
             Rows that may wait behind their keys per task, outside ``capacity``
             (``...async-lookup.blocked-capacity``, default 10,000, about 10 MB): a hot key never
@@ -221,7 +223,7 @@ class AsyncDataStream:
             batch_size=batch_size,
         )
         if not assume_partitioned:
-            df = df.repartition(shuffle_partitions(df.sparkSession, num_partitions), *columns)
+            df = df.repartition(key_partitions(df.sparkSession, num_partitions), *columns)
         sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
         if sort_by and not df.isStreaming:
             df, sort_in_task = df.sortWithinPartitions(*sort_by), None

@@ -39,6 +39,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
+from .session import key_partitions
 from .state import ParkedStore, StateError, Version
 
 __all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch", "TaskCounts"]
@@ -205,7 +206,7 @@ class MicroBatch:
 
     def _ordered(self, both: DataFrame) -> DataFrame:
         spark = both.sparkSession
-        n = self.num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+        n = key_partitions(spark, self.num_partitions)
         origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
         return both.repartition(n, *self.key_columns).sortWithinPartitions(
             origin, _state().seg, _state().order, *self.order_by

@@ -1,5 +1,5 @@
 """What a wait reads from its session: the ``spark.sql.exec.async-lookup.*`` settings, the
-time zone and the shuffle partitions.
+time zone, and how many partitions a key-ordered wait spreads its keys over.
 
 The settings belong to groups: the operator's (:data:`~keyed_async_wait.core.spec.OPERATOR_SETTINGS`)
 and every group an installed package names under the ``keyed_async_wait.settings`` entry point
@@ -27,7 +27,9 @@ __all__ = [
     "other_groups",
     "session_time_zone",
     "session_view",
+    "key_partitions",
     "shuffle_partitions",
+    "task_slots",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,3 +87,23 @@ def shuffle_partitions(spark: Any, num_partitions: int | None = None) -> int:
     if num_partitions is not None:
         return num_partitions
     return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+
+
+def task_slots(spark: Any) -> int:
+    """The tasks the cluster runs at once (``defaultParallelism``: the executors' cores); on
+    Spark Connect, whose client cannot read it, ``spark.default.parallelism`` when set, else
+    the shuffle partitions."""
+    context = getattr(spark, "_sc", None)  # a classic session's SparkContext (Connect has none)
+    if context is not None:
+        return max(1, int(context.defaultParallelism))
+    given = str(spark.conf.get("spark.default.parallelism", "") or "")
+    return int(given) if given.isdigit() and int(given) > 0 else shuffle_partitions(spark)
+
+
+def key_partitions(spark: Any, num_partitions: int | None = None) -> int:
+    """The partitions a key-ordered wait spreads its keys over: ``num_partitions``, else one per
+    task slot, so every task that runs at once holds as many keys as it can (Flink's key groups
+    over its parallelism). Spark's shuffle partitions (200 by default) would give each running
+    task a two-hundredth of the keys, and so of the concurrency, on a small cluster. Rescaling is
+    safe either way: every micro-batch and every query repartitions by the key again."""
+    return num_partitions if num_partitions is not None else task_slots(spark)
