@@ -91,6 +91,38 @@ def local_spark() -> SparkSession:
     return spark
 
 
+def defaults_rate(url: str, n: int) -> float:
+    """key_ordered_wait's rows/s on a session with Spark's default settings (200 shuffle
+    partitions, adaptive query execution on) and no num_partitions: what a user gets first."""
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    lookup = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
+    options = {"timeout": 10.0, "retry": RETRY, "capacity": 200}
+
+    def job(m: int) -> DataFrame:
+        return AsyncDataStream.key_ordered_wait(
+            source(spark, m), lookup, key="order_id", order_by="seq", **options
+        )
+
+    job(2_000).write.format("noop").mode("overwrite").save()  # the workers up
+    rate = rows_per_second(lambda: job(n), n)
+    spark.stop()
+    return rate
+
+
+def defaults_in_a_process(url: str, n: int) -> float:
+    """:func:`defaults_rate` in a process of its own (a process holds one SparkContext)."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--defaults-job", f"{url},{n}"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the run on Spark's defaults failed:\n{done.stderr[-3000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["rows_per_s"])
+
+
 def rows_per_second(build: Callable[[], DataFrame], n: int) -> float:
     start = time.perf_counter()
     build().write.format("noop").mode("overwrite").save()
@@ -211,8 +243,14 @@ def main() -> None:
     parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
     parser.add_argument("--json", type=Path, help="also write the figures (rows/s by job) here")
+    parser.add_argument("--defaults-job", help=argparse.SUPPRESS)  # the child run on Spark's defaults
     args = parser.parse_args()
     import pyspark
+
+    if args.defaults_job:  # url,rows: key_ordered_wait on a session with Spark's default settings
+        url, rows = args.defaults_job.rsplit(",", 1)
+        print(json.dumps({"rows_per_s": defaults_rate(url, int(rows))}))
+        return
 
     print(f"pyspark {pyspark.__version__}; calibration loop before: {calibration():.3f} CPU s")
     n = 20_000 if args.quick else args.rows
@@ -323,6 +361,11 @@ def main() -> None:
             "key_ordered_wait, maxRecordsPerBatch=100", rows_per_second(key_ordered, n), "key_ordered_wait"
         )
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        report(
+            "key_ordered_wait, Spark's default settings",
+            defaults_in_a_process(url, n),
+            "key_ordered_wait",
+        )
         print("ratios:")
         for ours in (
             "unordered_wait",

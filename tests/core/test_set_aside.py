@@ -141,3 +141,28 @@ def test_a_snapshot_holds_the_set_aside_records() -> None:
         return [first, *await collect(fresh, [])]
 
     assert ids(run(main())) == list(range(20))
+
+
+def test_with_parked_output_a_hot_keys_records_past_the_bound_are_parked_in_order() -> None:
+    from keyed_async_wait.core.parking import ParkedItem
+
+    async def main() -> list[Any]:
+        action = TurnsAction()
+        op = KeyedAsyncWaitOperator(
+            action,
+            mode="key_ordered",
+            key="k",
+            capacity=2,
+            blocked_capacity=3,
+            output="pairs",
+            emit_parked=True,
+        )
+        chunks = [chunk async for chunk in op.process_batches([_hot_first(hot=30, others=5)])]
+        return [item for chunk in chunks for item in chunk]
+
+    outputs = run(main())
+    parked = [item.record["id"] for item in outputs if isinstance(item, ParkedItem)]
+    done = [record["id"] for record, _ in (o for o in outputs if not isinstance(o, ParkedItem))]
+    assert sorted(done + parked) == list(range(35))  # each once: finished, or parked as state
+    assert parked == sorted(parked) and parked and min(parked) > max(i for i in done if i < 30)
+    assert all(30 + i in done for i in range(5))  # the other keys ran
