@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .service import free_port
 
-__all__ = ["embedded_redis", "redis_server_binary"]
+__all__ = ["embedded_redis", "redis_process", "redis_server_binary"]
 
 
 def redis_server_binary() -> str:
@@ -55,49 +55,38 @@ def _die_with_parent() -> Callable[[], None] | None:
 
 
 @contextmanager
-def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
-    """Yield the URL of a fresh Redis on 127.0.0.1; stop it at the end.
+def redis_process(
+    args: list[str], ready: str = "Ready to accept connections", start_timeout: float = 20.0
+) -> Iterator[subprocess.Popen[str]]:
+    """A ``redis-server`` with ``args``, once its log says ``ready``; stopped at the end.
 
     The server also stops when the process (the thread) that started it dies without reaching
     the end of the block, killed or crashed: no server outlives its test or job.
     """
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="kaw-redis-")
-    args = [
-        redis_server_binary(),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        workdir,
-        "--protected-mode",
-        "no",
-    ]
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent()
+        [redis_server_binary(), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_die_with_parent(),
     )
-    ready = threading.Event()
+    started = threading.Event()
     lines: list[str] = []
 
     def watch() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if "Ready to accept connections" in line:
-                ready.set()
-        ready.set()  # the server exited
+            if ready in line:
+                started.set()
+        started.set()  # the server exited
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        if not ready.wait(start_timeout) or proc.poll() is not None:
+        if not started.wait(start_timeout) or proc.poll() is not None:
             raise RuntimeError("redis-server did not start:\n" + "".join(lines[-20:]))
-        yield f"redis://127.0.0.1:{port}/0"
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -108,6 +97,19 @@ def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
         watcher.join(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@contextmanager
+def embedded_redis(start_timeout: float = 20.0) -> Iterator[str]:
+    """Yield the URL of a fresh Redis on 127.0.0.1; stop it at the end (see :func:`redis_process`)."""
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="kaw-redis-")
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    args += ["--dir", workdir, "--protected-mode", "no"]
+    try:
+        with redis_process(args, start_timeout=start_timeout):
+            yield f"redis://127.0.0.1:{port}/0"
+    finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
