@@ -13,14 +13,21 @@
     │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
     ├── CertificateError                      TLS: the service's certificate is not    not retryable
     │                                         trusted (give ca_file=)
+    ├── AccessDeniedError                     the service (or a proxy) refused the     not retryable
+    │                                         credentials: a wrong password, an ACL
+    │                                         user without the command, a proxy's 407
+    ├── RequestError                          a request that cannot be made: a URL a   not retryable
+    │                                         template rendered is not a valid URL
     ├── TemplateError (KeyError)              the record lacks a field a template names not retryable
     └── VersionError                          a write's version is NULL or has no order   not retryable
 
     keyed_async_wait.ConfigError (ValueError)
     └── LookupOptionError                     a bad option of a lookup, when it is made; names it
 
-No message holds a secret (a token, a password, a secret header or parameter): the lookups
-redact them before an error is made, and chain the client's own error only when it holds none.
+A message says what was asked: ``lookup of KEY from SERVICE: ...``, or ``write of KEY to
+SERVICE: ...`` for a write. No message holds a secret (a token, a password, a secret header or
+parameter): the lookups redact them before an error is made, and chain the client's own error
+only when it holds none.
 
 ``retryable`` is what the operator's default retry predicate reads; ``retry_after`` is what its
 retry strategy waits at least.
@@ -33,6 +40,7 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError, KeyedAsyncWaitError
 
 __all__ = [
+    "AccessDeniedError",
     "BadResponseError",
     "CertificateError",
     "CircuitOpenError",
@@ -40,6 +48,7 @@ __all__ = [
     "LookupServiceError",
     "LookupTimeoutError",
     "RateLimitedError",
+    "RequestError",
     "ServiceUnavailableError",
     "TemplateError",
     "VersionError",
@@ -57,15 +66,19 @@ def snippet(body: Any, limit: int = BODY_LIMIT) -> str:
 
 
 class LookupServiceError(Exception):
-    """A lookup failed. ``lookup_key`` says what was looked up (not the operator's key)."""
+    """A lookup (or a write) failed. ``lookup_key`` says what was looked up or written (not the
+    operator's key); ``action`` whether it was a ``"lookup"`` or a ``"write"``."""
 
     retryable = True
 
-    def __init__(self, message: str, *, lookup_key: Any = None, service: str = "") -> None:
+    def __init__(
+        self, message: str, *, lookup_key: Any = None, service: str = "", action: str = "lookup"
+    ) -> None:
         self.lookup_key = lookup_key
         self.service = service
-        where = f" from {service}" if service else ""
-        super().__init__(f"lookup of {lookup_key!r}{where}: {message}")
+        self.action = action
+        where = (" to " if action == "write" else " from ") + service if service else ""
+        super().__init__(f"{action} of {lookup_key!r}{where}: {message}")
 
 
 class LookupTimeoutError(LookupServiceError, TimeoutError):
@@ -83,10 +96,11 @@ class ServiceUnavailableError(LookupServiceError):
         service: str = "",
         status: int | None = None,
         retry_after: float | None = None,
+        action: str = "lookup",
     ) -> None:
         self.status = status
         self.retry_after = retry_after
-        super().__init__(message, lookup_key=lookup_key, service=service)
+        super().__init__(message, lookup_key=lookup_key, service=service, action=action)
 
 
 class RateLimitedError(ServiceUnavailableError):
@@ -115,13 +129,14 @@ class BadResponseError(LookupServiceError):
         status: int | None = None,
         body: Any = None,
         body_limit: int = BODY_LIMIT,
+        action: str = "lookup",
     ) -> None:
         self.status = status
         self.body_snippet = snippet(body, body_limit) if body is not None and body_limit > 0 else None
         detail = f" (status {status})" if status is not None else ""
         if self.body_snippet:
             detail += f"; body: {self.body_snippet}"
-        super().__init__(message + detail, lookup_key=lookup_key, service=service)
+        super().__init__(message + detail, lookup_key=lookup_key, service=service, action=action)
 
 
 class WrongTypeError(BadResponseError):
@@ -130,6 +145,20 @@ class WrongTypeError(BadResponseError):
 
 class CertificateError(LookupServiceError):
     """The service's TLS certificate is not trusted: asking again will not help."""
+
+    retryable = False
+
+
+class AccessDeniedError(LookupServiceError):
+    """The service, or a proxy on the way, refused the credentials (a wrong password, an ACL user
+    not allowed the command, a proxy's 407): asking again will not help."""
+
+    retryable = False
+
+
+class RequestError(LookupServiceError):
+    """A request that cannot be made (a URL a template rendered for the record is not valid):
+    asking again will not help."""
 
     retryable = False
 

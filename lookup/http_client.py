@@ -23,15 +23,18 @@ import aiohttp
 import yarl
 
 from .exceptions import (
+    AccessDeniedError,
     BadResponseError,
     CertificateError,
     LookupOptionError,
     LookupTimeoutError,
+    RequestError,
     ServiceUnavailableError,
 )
+from .http_lean import WireError
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer, Transport
-from .secrets import Redactor
+from .secrets import Redactor, redact_url
 
 __all__ = [
     "HTTP_CLIENTS",
@@ -179,38 +182,79 @@ async def send(
     redactor: Redactor,
     request_timeout: float,
     service: str,
+    action: str = "lookup",
 ) -> Answer:
-    """One request, redirects followed; lookup errors (never holding a secret) on failure."""
-    target = wire_url(url)
-    origin = None  # the first request's, worked out at its first redirect
+    """One request, redirects followed; lookup errors (never holding a secret) on failure:
+    ``action`` says whether it is a lookup's or a write's."""
+    said = {"lookup_key": key, "service": service, "action": action}
     try:
-        for _ in range(MAX_REDIRECTS + 1):
-            answer = await transport.request(method, target, params, headers, data)
-            location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
-            if not location:
-                return answer
-            origin = origin or target.origin()
-            target = target.join(yarl.URL(location))
-            if target.origin() != origin:
-                kept = (headers or {}).items()
-                headers = {k: v for k, v in kept if k.lower() in _KEPT_ACROSS_ORIGINS}
-                origin = target.origin()  # once dropped, credentials stay dropped
-            method, data = _next_hop(method, answer.status, data)
-            params = None  # the Location carries its own query
+        target = wire_url(url)
+        answer = await _follow(transport, method, target, params, headers, data)
     except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
-        error: Exception = LookupTimeoutError(
-            f"no answer within {request_timeout:g} s", lookup_key=key, service=service
-        )
+        error: Exception = LookupTimeoutError(f"no answer within {request_timeout:g} s", **said)
         raise error from _cause(error, exc, redactor)
     except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
         message = f"TLS certificate not trusted ({type(exc).__name__}: {exc}); give ca_file= for a private CA"
-        error = CertificateError(redactor.redact(message), lookup_key=key, service=service)
+        error = CertificateError(redactor.redact(message), **said)
+        raise error from _cause(error, exc, redactor)
+    except aiohttp.ClientHttpProxyError as exc:  # the proxy answered CONNECT with an error
+        error = _proxy_refused(exc.status, **said) or ServiceUnavailableError(
+            redactor.redact(f"the proxy answered {exc.status}: {exc.message}"), **said
+        )
         raise error from _cause(error, exc, redactor)
     except (aiohttp.ClientError, OSError) as exc:  # OSError: refused, reset, the lean client's WireError
-        message = redactor.redact(f"{type(exc).__name__}: {exc}")
-        error = ServiceUnavailableError(message, lookup_key=key, service=service)
+        error = ServiceUnavailableError(redactor.redact(_what(exc)), **said)
         raise error from _cause(error, exc, redactor)
-    raise BadResponseError(f"more than {MAX_REDIRECTS} redirects", lookup_key=key, service=service)
+    except ValueError as exc:  # a URL that cannot be sent (a bad port, a bad host)
+        shown = redactor.redact(redact_url(url))
+        error = RequestError(f"{shown!r} is not a URL that can be asked ({exc})", **said)
+        raise error from _cause(error, exc, redactor)
+    if answer is None:
+        raise BadResponseError(f"more than {MAX_REDIRECTS} redirects", **said)
+    refused = _proxy_refused(answer.status, **said) if _from_proxy(answer) else None
+    if refused is not None:
+        raise refused
+    return answer
+
+
+async def _follow(
+    transport: Transport, method: str, target: yarl.URL, params: Any, headers: Any, data: Any
+) -> Answer | None:
+    """The answer once no redirect follows, or None after :data:`MAX_REDIRECTS` of them."""
+    origin = None  # the first request's, worked out at its first redirect
+    for _ in range(MAX_REDIRECTS + 1):
+        answer = await transport.request(method, target, params, headers, data)
+        location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
+        if not location:
+            return answer
+        origin = origin or target.origin()
+        target = target.join(yarl.URL(location))
+        if target.origin() != origin:
+            kept = (headers or {}).items()
+            headers = {k: v for k, v in kept if k.lower() in _KEPT_ACROSS_ORIGINS}
+            origin = target.origin()  # once dropped, credentials stay dropped
+        method, data = _next_hop(method, answer.status, data)
+        params = None  # the Location carries its own query
+    return None
+
+
+def _from_proxy(answer: Answer) -> bool:
+    """An answer a proxy made, refusing its credentials: 407, or a 401 asking for the proxy's."""
+    return answer.status == 407 or (answer.status == 401 and "Proxy-Authenticate" in answer.headers)
+
+
+def _proxy_refused(status: int | None, **said: Any) -> AccessDeniedError | None:
+    if status not in (401, 407):
+        return None
+    return AccessDeniedError(
+        f"the proxy refused the credentials ({status}); check the user and password of proxy=", **said
+    )
+
+
+def _what(exc: BaseException) -> str:
+    """What went wrong, for a message: the lean client's own errors by their text alone (no
+    internal class named), any other by its class and text."""
+    return str(exc) if isinstance(exc, WireError) else f"{type(exc).__name__}: {exc}"
 
 
 def _cause(error: Exception, cause: BaseException, redactor: Redactor) -> BaseException | None:

@@ -115,7 +115,7 @@ class HttpWrite(Write):
             raise LookupOptionError("url", "credentials in the URL: give bearer_token= or headers= instead")
         if not request_timeout > 0:
             raise LookupOptionError("request_timeout", f"request_timeout={request_timeout!r}; allowed: > 0")
-        self.url = Template(url, url_quote=True)
+        self.url = Template(url, url_quote=True).with_fields("url")
         self.method, self.deleted = method, deleted
         self.stale_statuses = tuple(stale_statuses)
         self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
@@ -185,6 +185,7 @@ class HttpWrite(Write):
             redactor=self._redactor,
             request_timeout=self.request_timeout,
             service=redact_url(url),
+            action="write",
         )
         return self._outcome(method, url, answer.status, answer.headers)
 
@@ -197,7 +198,11 @@ class HttpWrite(Write):
         retry_after = _seconds(headers.get("Retry-After"))
         if status == 429:
             raise RateLimitedError(
-                "rate limited (429)", lookup_key=where, service="http", retry_after=retry_after
+                "rate limited (429)",
+                lookup_key=where,
+                service="http",
+                retry_after=retry_after,
+                action="write",
             )
         if status >= 500:
             raise ServiceUnavailableError(
@@ -206,8 +211,11 @@ class HttpWrite(Write):
                 service="http",
                 status=status,
                 retry_after=retry_after,
+                action="write",
             )
-        raise BadResponseError("write rejected", lookup_key=where, service="http", status=status)
+        raise BadResponseError(
+            "write rejected", lookup_key=where, service="http", status=status, action="write"
+        )
 
 
 def _seconds(value: str | None) -> float | None:

@@ -91,10 +91,10 @@ class TaskJournal:
     def load(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        if self._sync is None:
-            self._sync = self.journal.connection.sync_client()
         ids = [record_id(row, self.columns) for row in rows]
         with converted_errors(self.name):
+            if self._sync is None:
+                self._sync = self.journal.connection.sync_client()
             texts = self._sync.hmget(self.name, ids)
         for row, text in zip(rows, texts, strict=True):
             if text:
@@ -105,12 +105,13 @@ class TaskJournal:
         if not isinstance(record, dict):
             return
         if self._async is None:
-            self._async = self.journal.connection.client()
-        with converted_errors(self.name):
-            await self._async.hset(self.name, record_id(record, self.columns), progress.encode())
+            self._async = self.journal.connection.connect()
+        with converted_errors(self.name, action="write"):
+            client = await self._async.get()
+            await client.hset(self.name, record_id(record, self.columns), progress.encode())
             if not self._expiring:
                 self._expiring = True
-                await self._async.expire(self.name, int(self.journal.ttl))
+                await client.expire(self.name, int(self.journal.ttl))
 
     def close_sync(self) -> None:
         client, self._sync = self._sync, None

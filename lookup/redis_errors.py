@@ -1,42 +1,117 @@
-"""redis-py's errors turned into lookup errors, at the boundary (the lookups' and the writes')."""
+"""redis-py's errors turned into lookup errors, at the boundary (every Redis part's).
+
+===========================================  ====================================  =========
+redis-py raises                              becomes                               retried
+===========================================  ====================================  =========
+TimeoutError                                 LookupTimeoutError                    yes
+AuthenticationError, NOPERM (an ACL user     AccessDeniedError, naming what was    no
+not allowed the command)                     refused
+ConnectionError from TLS verification        CertificateError (give ca_file=)      no
+ConnectionError, OSError, READONLY (a        ServiceUnavailableError               yes
+master that failed over), TRYAGAIN,
+CLUSTERDOWN, MasterNotFoundError
+WRONGTYPE                                    WrongTypeError                        no
+any other error answer                       BadResponseError                      no
+===========================================  ====================================  =========
+"""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from redis import exceptions as redis_errors
 
-from .exceptions import BadResponseError, LookupTimeoutError, ServiceUnavailableError, WrongTypeError
+from .exceptions import (
+    AccessDeniedError,
+    BadResponseError,
+    CertificateError,
+    LookupServiceError,
+    LookupTimeoutError,
+    ServiceUnavailableError,
+    WrongTypeError,
+)
 
-__all__ = ["converted_errors", "response_error"]
+__all__ = ["converted", "converted_errors", "response_error"]
+
+# answers that say "not now" (a failover, a reshard, a cluster that is healing): worth a retry
+_TRANSIENT = ("READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
 
 
-def response_error(key: Any, exc: redis_errors.ResponseError) -> BadResponseError:
+def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "lookup") -> LookupServiceError:
+    """One error answer of Redis (of a pipeline, a script) as a lookup error."""
     message = str(exc)
     if message.startswith("WRONGTYPE"):
-        return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis")
-    return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis")
+        return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis", action=action)
+    if isinstance(exc, redis_errors.NoPermissionError) or message.startswith("NOPERM"):
+        return AccessDeniedError(
+            f"the Redis user may not do this ({message}); grant it the command (see the Redis guide)",
+            lookup_key=key,
+            service="redis",
+            action=action,
+        )
+    if isinstance(exc, redis_errors.ReadOnlyError) or message.startswith(_TRANSIENT):
+        return ServiceUnavailableError(
+            f"Redis is not ready: {message}", lookup_key=key, service="redis", action=action
+        )
+    return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis", action=action)
+
+
+def _untrusted(exc: BaseException) -> bool:
+    """Whether a connection failed on TLS verification (redis-py keeps the ssl error's text)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupServiceError | None:
+    """The lookup error for a redis-py error (None for one that is not redis-py's or the socket's)."""
+    if isinstance(exc, LookupServiceError):
+        return exc
+    if isinstance(exc, redis_errors.TimeoutError):
+        return LookupTimeoutError(
+            f"Redis did not answer: {exc}", lookup_key=key, service="redis", action=action
+        )
+    if isinstance(exc, redis_errors.AuthenticationError):
+        return AccessDeniedError(
+            f"Redis refused the credentials ({type(exc).__name__}: {exc}); check the user and the "
+            "password (the URL's, or password_env's)",
+            lookup_key=key,
+            service="redis",
+            action=action,
+        )
+    if isinstance(exc, (redis_errors.ConnectionError, OSError)) and _untrusted(exc):
+        return CertificateError(
+            "TLS certificate of Redis not trusted; give ca_file= for a private CA",
+            lookup_key=key,
+            service="redis",
+            action=action,
+        )
+    if isinstance(exc, (redis_errors.ConnectionError, OSError)):
+        return ServiceUnavailableError(
+            f"Redis unavailable: {type(exc).__name__}: {exc}", lookup_key=key, service="redis", action=action
+        )
+    if isinstance(exc, redis_errors.ResponseError):
+        return response_error(key, exc, action)
+    return None
 
 
 class converted_errors:
-    """Turns redis-py errors into lookup errors, at the boundary."""
+    """Turns redis-py errors into lookup errors, at the boundary (``action``: "lookup" or "write")."""
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, key: Any, action: str = "lookup") -> None:
         self.key = key
+        self.action = action
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
-        if exc is None:
+        if exc is None or isinstance(exc, LookupServiceError):
             return
-        if isinstance(exc, redis_errors.TimeoutError):
-            raise LookupTimeoutError(
-                f"Redis did not answer: {exc}", lookup_key=self.key, service="redis"
-            ) from exc
-        if isinstance(exc, (redis_errors.ConnectionError, OSError)):
-            raise ServiceUnavailableError(
-                f"Redis unavailable: {type(exc).__name__}: {exc}", lookup_key=self.key, service="redis"
-            ) from exc
-        if isinstance(exc, redis_errors.ResponseError):
-            raise response_error(self.key, exc) from exc
+        error = converted(exc, self.key, self.action)
+        if error is not None:
+            raise error from exc

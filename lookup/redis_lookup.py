@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
 from .base import Lookup
@@ -19,7 +18,7 @@ from .fast_json import loads, loads_many
 from .fields import Field
 from .limits import Limits
 from .loop_client import LoopClient
-from .redis_connect import RedisConnection
+from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
 from .template import Template
 
@@ -63,6 +62,8 @@ class RedisLookup(LoopClient, Lookup):
         ca_file: str | None = None,
         client_cert: str | None = None,
         client_key: str | None = None,
+        cluster: bool | None = None,
+        read_from_replicas: bool = False,
         error_body_chars: int = BODY_LIMIT,
         cache: PartialCache | None = None,
         dedup: bool = True,
@@ -85,6 +86,8 @@ class RedisLookup(LoopClient, Lookup):
             ca_file=ca_file,
             client_cert=client_cert,
             client_key=client_key,
+            cluster=cluster,
+            read_from_replicas=read_from_replicas,
         )
         command = command.upper()
         if command not in COMMANDS:
@@ -93,7 +96,7 @@ class RedisLookup(LoopClient, Lookup):
             raise LookupOptionError("decode", f"decode={decode!r}; allowed: {', '.join(DECODES)}")
         if command == "HMGET" and not hash_fields:
             raise LookupOptionError("command", "command='HMGET' needs hash_fields=[...]")
-        self.key = Template(key)
+        self.key = Template(key).with_fields("key")
         self.command = command
         self.decode = decode
         self.hash_fields = list(hash_fields or [])
@@ -111,10 +114,10 @@ class RedisLookup(LoopClient, Lookup):
 
     # ------------------------------------------------------------------ client
 
-    def _make_client(self) -> aioredis.Redis:
-        return self.connection.client()
+    def _make_client(self) -> RedisClient:
+        return self.connection.connect()
 
-    async def _close_client(self, client: aioredis.Redis) -> None:
+    async def _close_client(self, client: RedisClient) -> None:
         await client.aclose()
 
     # ------------------------------------------------------------------ lookups
@@ -130,8 +133,8 @@ class RedisLookup(LoopClient, Lookup):
         return self.key.render_many(records)
 
     async def fetch(self, key: Hashable) -> Any:
-        client = self.client()
         with converted_errors(key):
+            client = await self.client().get()
             if self.command == "GET":
                 raw = await client.get(key)
             elif self.command == "HGETALL":
@@ -141,21 +144,15 @@ class RedisLookup(LoopClient, Lookup):
         return self._decoded(key, raw)
 
     async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
-        client = self.client()
+        handle = self.client()
         with converted_errors(keys[:5]):
+            client = await handle.get()
             if self.command == "GET":
-                raws = await client.mget(keys)
-                # MGET answers nil for a key of another type: tell those from real misses
-                nils = [k for k, raw in zip(keys, raws, strict=True) if raw is None]
-                if nils:
-                    pipe = client.pipeline(transaction=False)
-                    for key in nils:
-                        pipe.type(key)
-                    kinds = dict(zip(nils, await pipe.execute(), strict=True))
-                    raws = [
-                        _wrong_type(k, kinds[k]) if raw is None and kinds[k] not in (b"none", "none") else raw
-                        for k, raw in zip(keys, raws, strict=True)
-                    ]
+                # a cluster's keys split by slot, one MGET per node
+                raws = await (client.mget_nonatomic(keys) if handle.cluster else client.mget(keys))
+                nils = [i for i, raw in enumerate(raws) if raw is None]
+                if nils:  # MGET answers nil for a key of another type too: GET tells them apart
+                    raws = await self._misses_or_wrong_types(client, keys, raws, nils)
             else:
                 pipe = client.pipeline(transaction=False)
                 for key in keys:
@@ -179,6 +176,22 @@ class RedisLookup(LoopClient, Lookup):
             except BadResponseError as exc:
                 out.append(exc)
         return out
+
+    @staticmethod
+    async def _misses_or_wrong_types(
+        client: Any, keys: list[Hashable], raws: list[Any], nils: list[int]
+    ) -> list[Any]:
+        """The nils of an MGET asked again with GET, which a user allowed only reads may run:
+        nil again for a miss, WRONGTYPE for a key of another type (a value written meanwhile is
+        taken as it is now)."""
+        pipe = client.pipeline(transaction=False)
+        for i in nils:
+            pipe.get(keys[i])
+        again = await pipe.execute(raise_on_error=False)
+        raws = list(raws)
+        for i, value in zip(nils, again, strict=True):
+            raws[i] = value
+        return raws
 
     def _decoded(self, key: Hashable, raw: Any) -> Any:
         if raw is None:
@@ -205,10 +218,6 @@ class RedisLookup(LoopClient, Lookup):
         if all(v is None for v in values):
             return None
         return dict(zip(self.hash_fields, values, strict=True))
-
-
-def _wrong_type(key: Any, kind: Any) -> redis_errors.ResponseError:
-    return redis_errors.ResponseError(f"WRONGTYPE key holds a {_text(kind)}, not a string (GET through MGET)")
 
 
 def _text(value: Any) -> Any:

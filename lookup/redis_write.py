@@ -16,9 +16,10 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from redis import exceptions as redis_errors
+from redis.crc import key_slot
 
 from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateError
-from .redis_connect import RedisConnection
+from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
 from .template import Template
 from .writes import Write, to_json
@@ -31,8 +32,9 @@ VERSION_SUFFIX = ":kaw-version"
 # Many writes per call (a Lua call costs more than the commands in it: 3.5 us against 0.15 us
 # for a SET, by Redis's commandstats). KEYS: per write its key and its version key. ARGV: per
 # write its version ('' = unfenced), command, ttl ms ('0' = none), tombstone ttl ms, the count
-# of values, then the value (SET) or field, value pairs (HSET). Answers, per write: 1 applied,
-# 0 stale, or the error of that write alone (the others still run, in order).
+# of values, then the value (SET), or (HSET) the count of field and value items, those items,
+# and the fields a NULL removes. Answers, per write: 1 applied, 0 stale, or the error of that
+# write alone (the others still run, in order).
 SCRIPT = """
 local function newer(new, held)
   if not held then return true end
@@ -56,8 +58,13 @@ local function write(key, vkey, version, command, ttl, tomb, first, last)
   elseif command == 'SET' then  -- SET replaces the value and any TTL the key had
     if ttl ~= '0' then done = redis.pcall('SET', key, ARGV[first], 'PX', ttl)
     else done = redis.pcall('SET', key, ARGV[first]) end
-  else
-    done = redis.pcall('HSET', key, unpack(ARGV, first, last))
+  else  -- HSET: the fields with a value set, those with NULL removed (never the text "null")
+    local n = tonumber(ARGV[first])
+    done = 0
+    if n > 0 then done = redis.pcall('HSET', key, unpack(ARGV, first + 1, first + n)) end
+    if not (type(done) == 'table' and done.err) and last > first + n then
+      done = redis.pcall('HDEL', key, unpack(ARGV, first + n + 1, last))
+    end
     if not (type(done) == 'table' and done.err) then
       if ttl ~= '0' then redis.pcall('PEXPIRE', key, ttl) else redis.pcall('PERSIST', key) end
     end
@@ -150,6 +157,7 @@ class RedisWrite(Write):
         ca_file: str | None = None,
         client_cert: str | None = None,
         client_key: str | None = None,
+        cluster: bool | None = None,
     ) -> None:
         command = str(command).upper()
         if command not in COMMANDS:
@@ -172,8 +180,9 @@ class RedisWrite(Write):
             ca_file=ca_file,
             client_cert=client_cert,
             client_key=client_key,
+            cluster=cluster,
         )
-        self.key = Template(key)
+        self.key = Template(key).with_fields("key")
         self.command = command
         self.deleted = deleted
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
@@ -201,9 +210,9 @@ class RedisWrite(Write):
 
     # ------------------------------------------------------------------ client
 
-    def _make_client(self) -> Any:
+    def _make_client(self) -> RedisClient:
         self._script_loaded = False  # a new client: a server it has not loaded the script on
-        return self.connection.client()
+        return self.connection.connect()
 
     async def _close_client(self, client: Any) -> None:
         await client.aclose()
@@ -228,9 +237,13 @@ class RedisWrite(Write):
         if command == "SET":
             return [*args, "1", to_json(values)]
         pairs: list[Any] = []
+        removed: list[Any] = []
         for name, value in values.items():
-            pairs += [name, value if isinstance(value, str) else to_json(value)]
-        return [*args, str(len(pairs)), *pairs]
+            if value is None:
+                removed.append(name)  # read back as missing: NULL for an optional field
+            else:
+                pairs += [name, value if isinstance(value, str) else to_json(value)]
+        return [*args, str(1 + len(pairs) + len(removed)), str(len(pairs)), *pairs, *removed]
 
     async def _apply(self, record: Any, target: Hashable, version: str | None) -> bool:
         [outcome] = await self._apply_many([(record, target, version)])
@@ -240,37 +253,23 @@ class RedisWrite(Write):
 
     async def _apply_many(self, items: list[tuple[Any, Hashable, str | None]]) -> list[Any]:
         """One pipeline of EVALSHA calls of up to ``CHUNK`` writes each (plain str arguments:
-        packed by hiredis), the script loaded first on this client. A call the server had no
-        script for ran nothing: its records get a retryable error, and the script is loaded
+        packed by hiredis), the script loaded first on this client; on a cluster one call holds
+        writes of one slot only, and the pipeline sends each to its node. A call the server had
+        no script for ran nothing: its records get a retryable error, and the script is loaded
         again."""
-        client = self.client()
+        handle = self.client()
         targets = [item[1] for item in items[:5]]
-        if not self._script_loaded:
-            with converted_errors(targets):
-                await client.script_load(SCRIPT)
-            self._script_loaded = True
+        with converted_errors(targets, action="write"):
+            client = await handle.get()
+            if not self._script_loaded:
+                await client.script_load(SCRIPT)  # on a cluster: on every master
+                self._script_loaded = True
         out: list[Any] = [None] * len(items)
         calls: list[list[int]] = []
         async with client.pipeline(transaction=False) as pipe:
-            keys: list[Any] = []
-            args: list[Any] = []
-            members: list[int] = []
-            for i, (record, target, version) in enumerate(items):
-                try:
-                    args += self._arguments(record, target, version)
-                except TemplateError as exc:
-                    out[i] = exc
-                    continue
-                keys += [target, f"{target}{VERSION_SUFFIX}"]
-                members.append(i)
-                if len(members) == CHUNK:
-                    pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
-                    calls.append(members)
-                    keys, args, members = [], [], []
-            if members:
-                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
-                calls.append(members)
-            with converted_errors(targets):
+            for group in _by_slot(items) if handle.cluster else [range(len(items))]:
+                calls += self._queue(pipe, items, group, out, handle.cluster)
+            with converted_errors(targets, action="write"):
                 answers = await pipe.execute(raise_on_error=False) if calls else []
         for members, answer in zip(calls, answers, strict=True):
             if isinstance(answer, redis_errors.NoScriptError):
@@ -280,14 +279,70 @@ class RedisWrite(Write):
                 out[i] = self._outcome(items[i][1], one)
         return out
 
+    def _queue(
+        self,
+        pipe: Any,
+        items: list[tuple[Any, Hashable, str | None]],
+        group: Any,
+        out: list[Any],
+        cluster: bool,
+    ) -> list[list[int]]:
+        """EVALSHA calls for the writes of ``group`` (indexes into ``items``), queued on ``pipe``;
+        the writes of each call. A write whose record lacks a field gets its error in ``out``."""
+        calls: list[list[int]] = []
+        keys: list[Any] = []
+        args: list[Any] = []
+        members: list[int] = []
+        for i in group:
+            record, target, version = items[i]
+            try:
+                args += self._arguments(record, target, version)
+            except TemplateError as exc:
+                out[i] = exc
+                continue
+            keys += [target, version_key(str(target), cluster)]
+            members.append(i)
+            if len(members) == CHUNK:
+                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
+                calls.append(members)
+                keys, args, members = [], [], []
+        if members:
+            pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
+            calls.append(members)
+        return calls
+
     @staticmethod
     def _outcome(target: Hashable, answer: Any) -> Any:
         if isinstance(answer, redis_errors.NoScriptError):  # not run: safe to try again
             return ServiceUnavailableError(
-                "the write script was not loaded", lookup_key=target, service="redis"
+                "the write script was not loaded", lookup_key=target, service="redis", action="write"
             )
         if isinstance(answer, redis_errors.ResponseError):
-            return response_error(target, answer)
+            return response_error(target, answer, action="write")
         if isinstance(answer, BaseException):
             return answer
         return bool(answer)
+
+
+def version_key(key: str, cluster: bool) -> str:
+    """Where the version of ``key``'s last applied write is kept: ``key:kaw-version``. On a
+    Redis Cluster it must hash to ``key``'s slot: a key with a hash tag (``{...}``) keeps it in
+    the suffixed name; a key without one is wrapped in braces, ``{key}:kaw-version``, whose tag
+    is the whole key, so the user adds no hash tag."""
+    if cluster and not _has_hash_tag(key):
+        return "{" + key + "}" + VERSION_SUFFIX
+    return key + VERSION_SUFFIX
+
+
+def _has_hash_tag(key: str) -> bool:
+    """Whether Redis Cluster hashes ``key`` by a tag: a ``{`` with a ``}`` after it, something between."""
+    start = key.find("{")
+    return start >= 0 and key.find("}", start + 1) > start + 1
+
+
+def _by_slot(items: list[tuple[Any, Hashable, str | None]]) -> list[list[int]]:
+    """The writes' indexes, grouped by their key's cluster slot (each group in input order)."""
+    groups: dict[int, list[int]] = {}
+    for i, (_, target, _) in enumerate(items):
+        groups.setdefault(key_slot(str(target).encode()), []).append(i)
+    return list(groups.values())

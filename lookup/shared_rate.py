@@ -22,6 +22,7 @@ from keyed_async_wait.core.exceptions import ConfigError
 
 from .exceptions import ServiceUnavailableError
 from .redis_connect import RedisConnection
+from .redis_errors import converted
 
 __all__ = ["SharedRate"]
 
@@ -78,18 +79,24 @@ class SharedBuckets:
 
     def __init__(self, shared: SharedRate) -> None:
         self.shared = shared
-        self._client = shared.connection.client()
-        self._script = self._client.register_script(_RESERVE)
+        self._client = shared.connection.connect()
+        self._script: Any = None
 
     async def reserve(
         self, kind: str, rate: float, burst: float, n: float, *, lookup_key: object, service: str
     ) -> float:
         """Take ``n`` tokens of the ``kind`` bucket ("rate" or "keys"): seconds to wait."""
-        import redis.exceptions
-
         try:
+            client = await self._client.get()
+            if self._script is None:
+                self._script = client.register_script(_RESERVE)
             wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except Exception as exc:
+            error = converted(exc, lookup_key)
+            if error is None:
+                raise
+            if not error.retryable:  # credentials or a certificate: say so, and do not retry
+                raise error from None
             # from None: the client's error may carry the URL with its password
             raise ServiceUnavailableError(
                 f"not called: the shared rate budget {self.shared.name!r} at {self.shared.connection.shown} "

@@ -48,6 +48,19 @@ class Template:
     def fields(self) -> tuple[str, ...]:
         return self._fields
 
+    def with_fields(self, name: str) -> Template:
+        """This template, checked to name a field: one that names none renders the same text
+        for every record (``"customer:{{cid}}"``: doubled braces are literal braces), so every
+        record would read or write one key; a LookupOptionError names ``name`` instead."""
+        if not self._fields:
+            raise LookupOptionError(
+                name,
+                f"{name}={self.text!r} names no field, so every record would get the same {name}; name "
+                "a field in braces, e.g. 'customer:{cid}' (a Redis Cluster hash tag around it: "
+                "'customer:{{{cid}}}')",
+            )
+        return self
+
     def render_many(self, records: list[Any]) -> list[str]:
         """:meth:`render` for many records; one comprehension when the template has one field."""
         if len(self._fields) == 1 and self._quote is str:
