@@ -9,6 +9,7 @@ from .base import Lookup
 from .cache import PartialCache
 from .declared import DeclaredSources
 from .exceptions import (
+    AccessDeniedError,
     BadResponseError,
     CertificateError,
     CircuitOpenError,
@@ -34,6 +35,7 @@ from .service import Service
 from .writes import Write
 
 __all__ = [
+    "AccessDeniedError",
     "BadResponseError",
     "CertificateError",
     "CircuitOpenError",

@@ -107,11 +107,11 @@ class TaskJournal:
         if self._async is None:
             self._async = self.journal.connection.connect()
         with converted_errors(self.name, action="write"):
-            client = await self._async.get()
-            await client.hset(self.name, record_id(record, self.columns), progress.encode())
-            if not self._expiring:
-                self._expiring = True
-                await client.expire(self.name, int(self.journal.ttl))
+            async with self._async.held() as client:
+                await client.hset(self.name, record_id(record, self.columns), progress.encode())
+                if not self._expiring:
+                    self._expiring = True
+                    await client.expire(self.name, int(self.journal.ttl))
 
     def close_sync(self) -> None:
         client, self._sync = self._sync, None

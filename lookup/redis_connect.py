@@ -87,8 +87,9 @@ class RedisConnection:
     cluster : bool, optional
         Whether the URL's node belongs to a Redis Cluster; None: asked of the node.
     read_from_replicas : bool
-        Lookups may read from replicas (a cluster's, or the Sentinel service's): more reads, at
-        the price of answers a replica has not caught up with yet. Writes always go to masters.
+        Lookups may read from a cluster's replicas: more reads, at the price of answers a replica
+        has not caught up with yet. Writes always go to masters. (Sentinel: reads go to the
+        master.)
     """
 
     url: str = field(repr=False)
@@ -149,6 +150,12 @@ class RedisConnection:
         if self.cluster and (self.sentinel or scheme == "unix"):
             raise LookupOptionError(
                 "cluster", f"cluster=True with a {scheme}:// URL; allowed: a redis:// or rediss:// URL"
+            )
+        if self.read_from_replicas and (self.cluster is False or self.sentinel or scheme == "unix"):
+            raise LookupOptionError(
+                "read_from_replicas",
+                "read_from_replicas=True is for a Redis Cluster; allowed: a redis:// or rediss:// URL "
+                "of a cluster's node, without cluster=False",
             )
         if self.cluster and (self.db or url_db):
             raise LookupOptionError("db", "a Redis Cluster has one database, 0")
@@ -218,7 +225,11 @@ class RedisConnection:
     def _cluster(self) -> Any:
         options = self._options()
         options.pop("db", None)
-        return aioredis.RedisCluster.from_url(self.url, read_from_replicas=self.read_from_replicas, **options)
+        options.update(_replica_reads(self.read_from_replicas))
+        # the gate (RedisClient.held) bounds calls; connections being closed after a failover
+        # still count against a node's limit a moment, hence the slack
+        options["max_connections"] = 2 * self.max_connections
+        return aioredis.RedisCluster.from_url(self.url, **options)
 
     def _sentinel_kwargs(self) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
         addresses, service, db = _sentinel_parts(self.url)
@@ -243,7 +254,9 @@ class RedisConnection:
 
         addresses, service, data, watchers = self._sentinel_kwargs()
         sentinel = Sentinel(addresses, sentinel_kwargs=watchers, **data)
-        return sentinel.master_for(service, redis_class=aioredis.Redis)
+        client = sentinel.master_for(service, redis_class=_WithSentinels)
+        client.sentinels = list(sentinel.sentinels)
+        return client
 
     async def open(self) -> tuple[Any, bool]:
         """A client of the running loop, and whether it is a cluster's (asked of the node when
@@ -251,7 +264,7 @@ class RedisConnection:
         if self.sentinel:
             return self._sentinel_client(), False
         if self.cluster:
-            return self._cluster(), True
+            return await _initialized(self._cluster()), True
         client = self._standalone()
         if self.cluster is False or self.url.lower().startswith("unix://"):
             return client, False
@@ -263,7 +276,7 @@ class RedisConnection:
         if not enabled:
             return client, False
         await client.aclose()
-        return self._cluster(), True
+        return await _initialized(self._cluster()), True
 
     def sync_client(self) -> Any:
         """A blocking client (the driver's and the intake's few calls), on the same topology."""
@@ -284,16 +297,36 @@ class RedisConnection:
         return redis.Redis.from_url(self.url, **options)
 
 
+class _WithSentinels(aioredis.Redis):
+    """A Sentinel service's master client that closes the sentinels' clients with its own
+    (redis-py leaves them open)."""
+
+    sentinels: list[Any] = []
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+        finally:
+            for watcher in self.sentinels:
+                await watcher.aclose()
+
+
 class RedisClient:
     """A connection's client in one event loop: made at the first :meth:`get`, its topology
-    found out then (:attr:`cluster`). Never pickled (its owner drops it)."""
+    found out then (:attr:`cluster`). Never pickled (its owner drops it).
 
-    __slots__ = ("_client", "_opening", "cluster", "connection")
+    Calls on a cluster go through :meth:`held`: redis-py's cluster client fails a call past
+    ``max_connections`` per node (MaxConnectionsError) where the one-node pool waits, so at
+    most ``max_connections`` calls (a pipeline is one) run at once and the others wait.
+    """
+
+    __slots__ = ("_client", "_gate", "_opening", "cluster", "connection")
 
     def __init__(self, connection: RedisConnection) -> None:
         self.connection = connection
         self.cluster = False
         self._client: Any = None
+        self._gate: asyncio.Semaphore | None = None
         self._opening: asyncio.Future[Any] | None = None
 
     async def get(self) -> Any:
@@ -311,14 +344,63 @@ class RedisClient:
             opening.set_exception(exc)
             opening.exception()  # retrieved: the waiters, if any, get it too
             raise
+        if self.cluster:
+            self._gate = asyncio.Semaphore(self.connection.max_connections)
         self._client = client
         opening.set_result(client)
         return client
+
+    def held(self) -> _Held:
+        """``async with handle.held() as client``: the client, with a call's place held."""
+        return _Held(self)
 
     async def aclose(self) -> None:
         client, self._client, self._opening = self._client, None, None
         if client is not None:
             await client.aclose()
+
+
+class _Held:
+    __slots__ = ("_gate", "_handle")
+
+    def __init__(self, handle: RedisClient) -> None:
+        self._handle = handle
+        self._gate: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> Any:
+        client = await self._handle.get()
+        gate = self._handle._gate
+        if gate is not None:
+            await gate.acquire()
+            self._gate = gate
+        return client
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._gate is not None:
+            self._gate.release()
+
+
+async def _initialized(client: Any) -> Any:
+    """A cluster client that has read the slots: redis-py lets the first calls made together
+    race its lazy start (a connection of one used by another), so it starts before any call."""
+    try:
+        await client.initialize()
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+def _replica_reads(wanted: bool) -> dict[str, Any]:
+    """The cluster client's option for reads spread over masters and replicas (redis-py 5.3
+    named it ``load_balancing_strategy``; before, ``read_from_replicas``)."""
+    if not wanted:
+        return {}
+    try:
+        from redis.cluster import LoadBalancingStrategy
+    except ImportError:  # redis-py < 5.3
+        return {"read_from_replicas": True}
+    return {"load_balancing_strategy": LoadBalancingStrategy.ROUND_ROBIN}
 
 
 def _url_db(url: str) -> int | None:

@@ -6,10 +6,12 @@ redis-py raises                              becomes                            
 TimeoutError                                 LookupTimeoutError                    yes
 AuthenticationError, NOPERM (an ACL user     AccessDeniedError, naming what was    no
 not allowed the command)                     refused
-ConnectionError from TLS verification        CertificateError (give ca_file=)      no
+ConnectionError on a TLS certificate (not    CertificateError (ca_file=, or        no
+trusted, or the client's refused)            client_cert= and client_key=)
 ConnectionError, OSError, READONLY (a        ServiceUnavailableError               yes
 master that failed over), TRYAGAIN,
-CLUSTERDOWN, MasterNotFoundError
+CLUSTERDOWN, MasterNotFoundError, a cluster
+no node of which answers
 WRONGTYPE                                    WrongTypeError                        no
 any other error answer                       BadResponseError                      no
 ===========================================  ====================================  =========
@@ -57,14 +59,23 @@ def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "loo
     return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis", action=action)
 
 
-def _untrusted(exc: BaseException) -> bool:
-    """Whether a connection failed on TLS verification (redis-py keeps the ssl error's text)."""
+def _certificate_problem(exc: BaseException) -> str | None:
+    """What TLS refused, when a connection failed on a certificate (redis-py keeps the ssl
+    error's text): ours not trusting the server's, or the server refusing ours."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
-            return True
+        text = str(seen)
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
+            return "TLS certificate of Redis not trusted; give ca_file= for a private CA"
+        if "ALERT" in text.upper() and isinstance(seen, ssl.SSLError):  # the server said no
+            reason = text.split("]", 2)[1].strip() if text.count("]") >= 2 else text
+            return (
+                f"Redis refused the TLS handshake ({reason[:120]}): it may want a client "
+                "certificate (give client_cert= and client_key= that its CA signed), or a TLS "
+                "version it speaks"
+            )
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupServiceError | None:
@@ -83,9 +94,10 @@ def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupSer
             service="redis",
             action=action,
         )
-    if isinstance(exc, (redis_errors.ConnectionError, OSError)) and _untrusted(exc):
+    problem = _certificate_problem(exc) if isinstance(exc, (redis_errors.ConnectionError, OSError)) else None
+    if problem is not None:
         return CertificateError(
-            "TLS certificate of Redis not trusted; give ca_file= for a private CA",
+            problem,
             lookup_key=key,
             service="redis",
             action=action,
@@ -96,7 +108,22 @@ def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupSer
         )
     if isinstance(exc, redis_errors.ResponseError):
         return response_error(key, exc, action)
+    if isinstance(exc, redis_errors.RedisClusterException):
+        return _cluster_error(exc, key, action)
     return None
+
+
+def _cluster_error(exc: redis_errors.RedisClusterException, key: Any, action: str) -> LookupServiceError:
+    """A cluster client that could not start: its cause when it has one (an ACL user not
+    allowed CLUSTER SLOTS reads as "Cluster mode is not enabled" in redis-py's words)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, redis_errors.ResponseError):
+            return response_error(key, seen, action)
+        seen = seen.__cause__ or seen.__context__
+    return ServiceUnavailableError(
+        f"Redis Cluster not reachable: {exc}", lookup_key=key, service="redis", action=action
+    )
 
 
 class converted_errors:

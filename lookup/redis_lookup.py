@@ -134,33 +134,20 @@ class RedisLookup(LoopClient, Lookup):
 
     async def fetch(self, key: Hashable) -> Any:
         with converted_errors(key):
-            client = await self.client().get()
-            if self.command == "GET":
-                raw = await client.get(key)
-            elif self.command == "HGETALL":
-                raw = await client.hgetall(key)
-            else:
-                raw = await client.hmget(key, self.hash_fields)
+            async with self.client().held() as client:
+                if self.command == "GET":
+                    raw = await client.get(key)
+                elif self.command == "HGETALL":
+                    raw = await client.hgetall(key)
+                else:
+                    raw = await client.hmget(key, self.hash_fields)
         return self._decoded(key, raw)
 
     async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
         handle = self.client()
         with converted_errors(keys[:5]):
-            client = await handle.get()
-            if self.command == "GET":
-                # a cluster's keys split by slot, one MGET per node
-                raws = await (client.mget_nonatomic(keys) if handle.cluster else client.mget(keys))
-                nils = [i for i, raw in enumerate(raws) if raw is None]
-                if nils:  # MGET answers nil for a key of another type too: GET tells them apart
-                    raws = await self._misses_or_wrong_types(client, keys, raws, nils)
-            else:
-                pipe = client.pipeline(transaction=False)
-                for key in keys:
-                    if self.command == "HGETALL":
-                        pipe.hgetall(key)
-                    else:
-                        pipe.hmget(key, self.hash_fields)
-                raws = await pipe.execute(raise_on_error=False)
+            async with handle.held() as client:
+                raws = await self._raws(client, keys, handle.cluster)
         if self.command == "GET" and self.decode == "json":
             try:  # the common case in one comprehension; any oddity takes the careful path
                 return loads_many(raws)
@@ -176,6 +163,23 @@ class RedisLookup(LoopClient, Lookup):
             except BadResponseError as exc:
                 out.append(exc)
         return out
+
+    async def _raws(self, client: Any, keys: list[Hashable], cluster: bool) -> list[Any]:
+        """What Redis holds under ``keys``: one MGET (on a cluster one per node, the keys split
+        by slot) or one pipeline."""
+        if self.command == "GET":
+            raws = await (client.mget_nonatomic(keys) if cluster else client.mget(keys))
+            nils = [i for i, raw in enumerate(raws) if raw is None]
+            if nils:  # MGET answers nil for a key of another type too: GET tells them apart
+                raws = await self._misses_or_wrong_types(client, keys, raws, nils)
+            return list(raws)
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            if self.command == "HGETALL":
+                pipe.hgetall(key)
+            else:
+                pipe.hmget(key, self.hash_fields)
+        return list(await pipe.execute(raise_on_error=False))
 
     @staticmethod
     async def _misses_or_wrong_types(

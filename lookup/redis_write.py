@@ -6,13 +6,15 @@ applied. A write runs only when its version is newer (byte order of the strings 
 :mod:`.versions`); then it applies the command and stores its version, atomically (a Lua
 script). A delete keeps its version as a tombstone for ``tombstone_ttl`` seconds, so a late
 older upsert cannot bring the key back meanwhile. With ``ttl`` the key and its version expire
-together. On Redis Cluster both keys must hash alike: put a hash tag in the key template.
+together. On Redis Cluster the version key is named to share its key's slot (:func:`version_key`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -128,6 +130,14 @@ class RedisWrite(Write):
     at_least_once : bool
         Write without a version: no fencing, so a re-run writes again and may write an older
         value over a newer one.
+    replicas : int
+        Replicas that must hold a write before it counts as done (Redis's ``WAIT``, after each
+        batch). Redis replicates after it answers, so a failover may lose the writes its
+        replicas had not received yet; with ``replicas=1`` such a write fails as retryable and
+        is written again (to the new master, fenced). 0 (the default): the master's answer.
+        One node or Sentinel; not on a Redis Cluster (its clients cannot wait per node).
+    replica_timeout : float
+        Seconds ``WAIT`` waits for the replicas.
     db, password_env, max_connections, socket_timeout, ca_file, client_cert, client_key
         As :class:`RedisLookup` (``url`` may be a :class:`~lookup.RedisConnection` instead).
     """
@@ -158,6 +168,8 @@ class RedisWrite(Write):
         client_cert: str | None = None,
         client_key: str | None = None,
         cluster: bool | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
         command = str(command).upper()
         if command not in COMMANDS:
@@ -183,6 +195,7 @@ class RedisWrite(Write):
             cluster=cluster,
         )
         self.key = Template(key).with_fields("key")
+        self.replicas, self._wait = _replica_wait(replicas, replica_timeout, self.connection)
         self.command = command
         self.deleted = deleted
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
@@ -259,18 +272,24 @@ class RedisWrite(Write):
         again."""
         handle = self.client()
         targets = [item[1] for item in items[:5]]
-        with converted_errors(targets, action="write"):
-            client = await handle.get()
-            if not self._script_loaded:
-                await client.script_load(SCRIPT)  # on a cluster: on every master
-                self._script_loaded = True
         out: list[Any] = [None] * len(items)
         calls: list[list[int]] = []
-        async with client.pipeline(transaction=False) as pipe:
-            for group in _by_slot(items) if handle.cluster else [range(len(items))]:
-                calls += self._queue(pipe, items, group, out, handle.cluster)
+        async with handle.held() as client:
             with converted_errors(targets, action="write"):
-                answers = await pipe.execute(raise_on_error=False) if calls else []
+                if not self._script_loaded:
+                    await client.script_load(SCRIPT)  # on a cluster: on every master
+                    self._script_loaded = True
+            if self.replicas and handle.cluster:
+                raise LookupOptionError("replicas", _NO_CLUSTER_WAIT)
+            async with client.pipeline(transaction=False) as pipe:
+                for group in _by_slot(items) if handle.cluster else [range(len(items))]:
+                    calls += self._queue(pipe, items, group, out, handle.cluster)
+                if calls and self.replicas:
+                    pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
+                with converted_errors(targets, action="write"):
+                    answers = await pipe.execute(raise_on_error=False) if calls else []
+        if calls and self.replicas:
+            answers = self._unreplicated(answers[:-1], answers[-1])
         for members, answer in zip(calls, answers, strict=True):
             if isinstance(answer, redis_errors.NoScriptError):
                 self._script_loaded = False  # the server lost its scripts (a restart): load again
@@ -311,6 +330,22 @@ class RedisWrite(Write):
             calls.append(members)
         return calls
 
+    def _unreplicated(self, answers: list[Any], held_by: Any) -> list[Any]:
+        """The answers, each applied write marked when fewer than ``replicas`` replicas hold
+        it: a failover could lose it, so it fails as retryable (written again, it is fenced)."""
+        if isinstance(held_by, int) and held_by >= self.replicas:
+            return answers
+        # WAIT refused (an ACL user without +wait): that error, for each write it leaves unsure
+        marked = (
+            held_by
+            if isinstance(held_by, BaseException)
+            else _Unreplicated(held_by, self.replicas, self._wait[1])
+        )
+        return [
+            [marked if one == 1 else one for one in answer] if isinstance(answer, list) else answer
+            for answer in answers
+        ]
+
     @staticmethod
     def _outcome(target: Hashable, answer: Any) -> Any:
         if isinstance(answer, redis_errors.NoScriptError):  # not run: safe to try again
@@ -319,19 +354,63 @@ class RedisWrite(Write):
             )
         if isinstance(answer, redis_errors.ResponseError):
             return response_error(target, answer, action="write")
+        if isinstance(answer, _Unreplicated):
+            return ServiceUnavailableError(
+                f"applied, but {answer.held_by!r} of {answer.wanted} replicas held it within "
+                f"{answer.ms} ms, so a failover could lose it: written again",
+                lookup_key=target,
+                service="redis",
+                action="write",
+            )
         if isinstance(answer, BaseException):
             return answer
         return bool(answer)
+
+
+@dataclass(frozen=True)
+class _Unreplicated:
+    held_by: Any  # WAIT's answer (the replicas that hold the writes), or its error
+    wanted: int
+    ms: str
+
+
+_NO_CLUSTER_WAIT = (
+    "replicas= waits for replicas with WAIT on the writes' connection, which a Redis Cluster's "
+    "clients do not keep per node; allowed on a Cluster: replicas=0"
+)
+
+
+def _replica_wait(replicas: Any, timeout: Any, connection: RedisConnection) -> tuple[int, tuple[str, str]]:
+    """``replicas`` checked, and the arguments of its WAIT."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise LookupOptionError("replicas", f"replicas={replicas!r}; allowed: an integer >= 0")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LookupOptionError("replica_timeout", f"replica_timeout={timeout!r}; allowed: seconds > 0")
+    if replicas and connection.cluster:
+        raise LookupOptionError("replicas", _NO_CLUSTER_WAIT)
+    return replicas, (str(replicas), str(max(1, round(timeout * 1000))))
 
 
 def version_key(key: str, cluster: bool) -> str:
     """Where the version of ``key``'s last applied write is kept: ``key:kaw-version``. On a
     Redis Cluster it must hash to ``key``'s slot: a key with a hash tag (``{...}``) keeps it in
     the suffixed name; a key without one is wrapped in braces, ``{key}:kaw-version``, whose tag
-    is the whole key, so the user adds no hash tag."""
-    if cluster and not _has_hash_tag(key):
+    is the whole key, so the user adds no hash tag. A key holding a ``}`` but no tag cannot be
+    wrapped; its version key gets a tag that hashes to the key's slot."""
+    if not cluster or _has_hash_tag(key):
+        return key + VERSION_SUFFIX
+    if "}" not in key:
         return "{" + key + "}" + VERSION_SUFFIX
-    return key + VERSION_SUFFIX
+    return "{" + _tag_of_slot(key_slot(key.encode())) + "}" + key + VERSION_SUFFIX
+
+
+@functools.lru_cache(maxsize=1024)
+def _tag_of_slot(slot: int) -> str:
+    """The smallest decimal number whose hash is ``slot`` (a few thousand CRC16s, once per slot)."""
+    for n in range(1_000_000):  # every slot is reached well before: CRC16 spreads decimals evenly
+        if key_slot(str(n).encode()) == slot:
+            return str(n)
+    raise AssertionError(f"no tag for cluster slot {slot}")
 
 
 def _has_hash_tag(key: str) -> bool:

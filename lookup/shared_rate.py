@@ -87,10 +87,10 @@ class SharedBuckets:
     ) -> float:
         """Take ``n`` tokens of the ``kind`` bucket ("rate" or "keys"): seconds to wait."""
         try:
-            client = await self._client.get()
-            if self._script is None:
-                self._script = client.register_script(_RESERVE)
-            wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
+            async with self._client.held() as client:
+                if self._script is None:
+                    self._script = client.register_script(_RESERVE)
+                wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
         except Exception as exc:
             error = converted(exc, lookup_key)
             if error is None:

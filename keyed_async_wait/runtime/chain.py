@@ -232,6 +232,11 @@ class Chain(AsyncFunction[Any, dict[str, Any]]):
         return tuple(needed)
 
     @property
+    def writes(self) -> bool:
+        """Whether any step changes a store (SQL then asks for ``allow_writes=True``)."""
+        return any(adapt_function(step.function).writes for step in self.steps)
+
+    @property
     def superseded(self) -> Any:
         """When the last step is a write that coalesces (``coalesce=True``): the results of a
         record skipped for a newer one of its key (no step ran for it), else None."""

@@ -27,12 +27,16 @@ __all__ = ["REFILL", "SPILL_CHUNK", "Intake"]
 
 SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
 REFILL = 1_000  # records set aside that come back at a time, for a key whose queue ran dry
+# records read in a row before the intake lets the loop run: records blocked behind busy keys
+# take no capacity, so a source that is always ready (a list, an Arrow batch, a generator that
+# never waits) could otherwise be read to its end while no call, timer or consumer runs
+READ_TURN = 1_024
 
 
 class Intake:
     """Feeds the controller (see the module doc)."""
 
-    __slots__ = ("dispatcher", "parked_replay", "replay", "run", "unadmitted", "unreplayed")
+    __slots__ = ("dispatcher", "parked_replay", "read_in_turn", "replay", "run", "unadmitted", "unreplayed")
 
     def __init__(
         self,
@@ -47,6 +51,7 @@ class Intake:
         self.parked_replay = parked_replay  # parked by an earlier run
         self.unreplayed: list[ParkedItem] = []  # held before the replay was reached
         self.unadmitted: list[Any] = []  # input read after a hold (without emit_parked)
+        self.read_in_turn = 0  # records read since the loop last ran
 
     async def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
         run = self.run
@@ -145,6 +150,7 @@ class Intake:
             chunk = list(islice(iterator, room))
             if not chunk:
                 return
+            self.read_in_turn += len(chunk)
             while chunk:
                 before = ctl.records_inside
                 ready = ctl.admit_many(chunk)
@@ -157,6 +163,9 @@ class Intake:
                 chunk, ctl.held_back = ctl.held_back, []
                 if chunk:  # a watermark waits until every record set aside before it is back
                     await self._set_aside_back()
+            if self.read_in_turn >= READ_TURN:  # all read is inside: a snapshot misses none
+                self.read_in_turn = 0
+                await asyncio.sleep(0)  # one turn of the loop: calls, timers and the consumer run
 
     def _bring_back(self) -> None:
         """Records set aside come back while there is room: for each key whose queue ran dry

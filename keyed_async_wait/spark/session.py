@@ -23,11 +23,11 @@ from .compat import session_settings
 
 __all__ = [
     "SessionView",
+    "key_partitions",
     "known_keys",
     "other_groups",
     "session_time_zone",
     "session_view",
-    "key_partitions",
     "shuffle_partitions",
     "task_slots",
 ]

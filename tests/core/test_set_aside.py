@@ -166,3 +166,29 @@ def test_with_parked_output_a_hot_keys_records_past_the_bound_are_parked_in_orde
     assert sorted(done + parked) == list(range(35))  # each once: finished, or parked as state
     assert parked == sorted(parked) and parked and min(parked) > max(i for i in done if i < 30)
     assert all(30 + i in done for i in range(5))  # the other keys ran
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_source_always_ready_does_not_starve_the_calls(asynchronous: bool) -> None:
+    """Records blocked behind busy keys take no capacity, so the intake could read a source
+    that never waits to its end before a single call ran; it lets the loop run as it reads."""
+    total = 20_000
+    read = {"n": 0}
+    started: dict[str, int] = {}
+
+    async def call(record: dict) -> list[Any]:
+        started.setdefault("read", read["n"])
+        return [record["id"]]
+
+    def records() -> Any:
+        for i in range(total):
+            read["n"] += 1
+            yield {"id": i, "k": i % 2}
+
+    async def records_async() -> Any:
+        for record in records():
+            yield record
+
+    op = KeyedAsyncWaitOperator(call, mode="key_ordered", key="k", capacity=4, blocked_capacity=total)
+    assert len(run(collect(op, records_async() if asynchronous else records()))) == total
+    assert started["read"] < 2_100  # the first call ran within two turns of reading

