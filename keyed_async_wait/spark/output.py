@@ -356,8 +356,11 @@ class RowSource:
         batch back with :meth:`read` for the same records."""
         where = self._where
         positions = [where.pop(id(record)) for record in records]
-        names = self.plan.input_columns
-        batch = pa.RecordBatch.from_arrays(self._input_arrays(positions), names=list(names))
+        names = list(self.plan.input_columns)
+        # the input's own schema (a column's NOT NULL kept), so the batch read back joins the
+        # input batches it came from in one table
+        schema = next(iter(self._batches.values())).select(names).schema
+        batch = pa.RecordBatch.from_arrays(self._input_arrays(positions), schema=schema)
         self._release(positions)
         return batch
 

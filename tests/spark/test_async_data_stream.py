@@ -143,7 +143,9 @@ def test_a_hot_key_is_set_aside_on_local_disk_and_never_holds_the_other_keys_bac
     rows = [(i, 0, i % 40) for i in range(300)] + [(300 + i, 1 + i, i % 40) for i in range(60)]
     metrics = AsyncWaitMetrics(spark)
     out = AsyncDataStream.key_ordered_wait(
-        spark.createDataFrame(rows, SCHEMA),
+        # a NOT NULL column, as spark.range gives: the rows read back keep it, and join the
+        # input batches they came from
+        spark.createDataFrame(rows, "seq long not null, order_id long, user_id long"),
         user_lookup(url),
         "order_id",
         order_by="seq",

