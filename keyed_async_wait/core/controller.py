@@ -197,8 +197,12 @@ class Controller:
         return ready
 
     def _within_bound(self, records: list[Any], keys: list[Hashable]) -> tuple[list[Any], list[Hashable]]:
-        """The records that may be admitted and their keys; each record of a busy key past the
-        waiting bound (or of a key with records set aside or parked) is set aside instead."""
+        """The records that may be admitted and their keys. Past the waiting bound, a record of
+        a hot key (one with twice the records waiting that the other keys have on average) is
+        set aside, as is every later record of a key with records set aside or parked; other
+        records are admitted, and what waits past the bound takes capacity (the intake slows
+        down instead: with keys alike, setting aside would only move every key's records to
+        disk and back)."""
         accounting, aside = self._keys, self.aside
         assert accounting is not None
         blocked, bound = accounting.blocked_items, aside.bound
@@ -207,7 +211,8 @@ class Controller:
         kept_keys: list[Hashable] = []
         for record, key in zip(records, keys, strict=True):
             busy = key in started or accounting.occupied(key)
-            if aside.holds(key) or key in self.parked or (busy and blocked >= bound):
+            hot = busy and blocked >= bound and _hot(accounting, key, blocked)
+            if aside.holds(key) or key in self.parked or hot:
                 self._put_aside(key, record)
                 continue
             if busy:
@@ -385,3 +390,11 @@ class Controller:
     @property
     def idle(self) -> bool:
         return not self._live
+
+
+def _hot(accounting: KeyAccounting[Entry], key: Hashable, blocked: int) -> bool:
+    """Whether ``key`` has at least twice as many records waiting as the other occupied keys
+    have on average (and two at least)."""
+    waiting = accounting.waiting(key)
+    others = (blocked - waiting) / max(1, accounting.occupied_keys - 1)
+    return waiting >= max(2.0, 2.0 * others)

@@ -118,6 +118,11 @@ class KeyAccounting(Generic[T]):
     def occupied(self, key: Hashable) -> bool:
         return key in self._keys
 
+    def waiting(self, key: Hashable) -> int:
+        """Items queued behind ``key`` (0 for a free key)."""
+        queue = self._keys.get(key)
+        return len(queue) if queue else 0
+
     def take(self, key: Hashable) -> list[T]:
         """Free ``key`` at once (its running item is parked): the items that waited behind it,
         in arrival order, taken out with it."""

@@ -82,13 +82,13 @@ class Run:
 
         Invariants: records running or between attempts never exceed ``capacity``; records
         inside never exceed ``capacity + blocked_capacity``. With a ``blocked_capacity``
-        (KEY_ORDERED) records waiting behind their keys take none of the capacity, so a hot key
-        never holds the other keys back (the controller sets aside what does not fit behind
-        busy keys); with 0 they count against it."""
+        (KEY_ORDERED) up to that many records waiting behind their keys take none of the
+        capacity, so a hot key never holds the other keys back (the controller sets aside a hot
+        key's records past it); with 0 they count against it."""
         ctl = self.ctl
         inside = ctl.records_inside
         if self.blocked_capacity:
-            inside -= ctl.blocked_records
+            inside -= min(ctl.blocked_records, self.blocked_capacity)
         return self.capacity - inside
 
     def room(self) -> None:

@@ -59,6 +59,7 @@ class RowSource:
         self._starts: dict[int, int] = {}  # position of each batch's first row in the task input
         self._kept: dict[int, Any] = {}  # a compacted batch: the rows it still holds (sorted)
         self._rows_in = 0
+        self._compact_at = _RETAINED  # held batches that make a read compact them
         self._where: dict[int, int] = {}  # id(row) -> its position in the task input
         self._count = 0
         self._fix: Any = None
@@ -82,8 +83,11 @@ class RowSource:
         self._left[number] = len(rows)
         self._starts[number] = start
         self._rows_in += len(rows)
-        if len(self._batches) > _RETAINED:
+        if len(self._batches) > self._compact_at:
             self._compact()
+            # batches still many after compacting (their rows all live: a hot key's records
+            # coming back a few at a time) wait until they double: compaction costs O(1) a read
+            self._compact_at = max(_RETAINED, 2 * len(self._batches))
         self._where.update(zip(map(id, rows), range(start, self._rows_in), strict=True))
         return rows
 

@@ -8,11 +8,13 @@ back as it came in, read by the row source like any input batch, so the function
 record and the output carries the same input columns.
 
 Memory: per record set aside, two small ints (where its row is in the file); the rows
-themselves are on disk, the file deleted when the task ends.
+themselves are on disk (read through a memory map, so the operating system pages them in and
+out), the file deleted when the task ends.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from collections import deque
@@ -45,6 +47,7 @@ class ArrowSpill:
         self._segments: list[tuple[int, int]] = []  # (offset, length) of each batch in the file
         self._keys: dict[Hashable, deque[tuple[int, int]]] = {}  # key -> (segment, row)
         self._read: tuple[int, pa.RecordBatch] | None = None  # the segment read last
+        self._mapped: pa.Buffer | None = None  # the file, mapped (again when it grew)
 
     def put(self, items: list[tuple[Hashable, Any]]) -> None:
         batch = self.source.take_rows([record for _, record in items])
@@ -85,7 +88,7 @@ class ArrowSpill:
 
     def close(self) -> None:
         file, self._file = self._file, None
-        self._keys, self._segments, self._read = {}, [], None
+        self._keys, self._segments, self._read, self._mapped = {}, [], None, None
         if file is not None:
             file.close()  # a temporary file: deleted as it closes
 
@@ -103,12 +106,16 @@ class ArrowSpill:
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
     def _segment(self, number: int) -> pa.RecordBatch:
+        """Batch ``number`` as a view of the file mapped into memory: no copy, so taking one
+        row of it costs one row, however large the batch (a key's records come back a few at
+        a time, from every batch)."""
         if self._read is not None and self._read[0] == number:
             return self._read[1]
         assert self._file is not None
         offset, length = self._segments[number]
-        self._file.seek(offset)
-        data = self._file.read(length)
-        batch = pa.ipc.open_stream(pa.BufferReader(data)).read_next_batch()
+        if self._mapped is None or len(self._mapped) < offset + length:
+            self._file.flush()
+            self._mapped = pa.py_buffer(mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ))
+        batch = pa.ipc.open_stream(self._mapped.slice(offset, length)).read_next_batch()
         self._read = (number, batch)
         return batch
