@@ -6,6 +6,7 @@ key (e.g. the upsert key ``order_id``).
 """
 
 from .base import Lookup
+from .budget import Budget, Cost
 from .cache import PartialCache
 from .declared import DeclaredSources
 from .exceptions import (
@@ -32,13 +33,16 @@ from .redis_lookup import RedisLookup
 from .redis_write import RedisWrite
 from .secrets import Secret
 from .service import Service
+from .shared_cache import SharedCache
 from .writes import Write
 
 __all__ = [
     "AccessDeniedError",
     "BadResponseError",
+    "Budget",
     "CertificateError",
     "CircuitOpenError",
+    "Cost",
     "DeclaredSources",
     "Field",
     "HttpLookup",
@@ -56,6 +60,7 @@ __all__ = [
     "Secret",
     "Service",
     "ServiceUnavailableError",
+    "SharedCache",
     "SharedRate",
     "StepJournal",
     "TemplateError",

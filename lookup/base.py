@@ -28,6 +28,7 @@ from .fields import Field, FieldMapper
 from .limits import Gate, Limits, ThrottleStats, through_gate
 from .parts import LookupStats, ReportsLookupStats, suspend
 from .settings import LookupSettings
+from .shared_cache import SharedCache, SharedCacheClient
 from .template import Template
 
 __all__ = ["Lookup", "LookupStats", "ReportsLookupStats", "suspend"]
@@ -52,7 +53,9 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
     dedup : bool
         Records asking for a key already in flight wait for that call instead of making another.
     limits : Limits, optional
-        A rate, an adaptive concurrency limit, a circuit breaker.
+        A rate, an adaptive concurrency limit, a circuit breaker; a budget for the whole job.
+    shared_cache : SharedCache, optional
+        Answers kept in Redis for every worker and re-run (an L2 behind ``cache``).
     error_body_chars : int
         How much of an answer an error may show.
     """
@@ -70,6 +73,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         dedup: bool = True,
         error_body_chars: int = BODY_LIMIT,
         limits: Limits | None = None,
+        shared_cache: SharedCache | None = None,
     ) -> None:
         if error_body_chars < 0:
             raise LookupOptionError(
@@ -83,6 +87,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         self.error_body_chars = error_body_chars  # how much of an answer an error may show
         self.mapper = FieldMapper(fields, result_path, error_body_chars)
         self.cache, self.limits = _checked_policies(cache, limits)
+        if shared_cache is not None and not isinstance(shared_cache, SharedCache):
+            raise ConfigError(
+                "shared_cache", shared_cache, "a SharedCache(url, expire_after_write=...) or None"
+            )
+        self.shared_cache = shared_cache
         self.dedup = dedup
         self._fresh_state()
 
@@ -91,6 +100,8 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         self.stats = LookupStats()
         self._gate: Gate | None = None
         self._gate_loop: asyncio.AbstractEventLoop | None = None
+        self._l2: SharedCacheClient | None = None
+        self._l2_loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[Hashable, asyncio.Future[Any] | None] = {}
         self._memo_results: dict[Hashable, Any] | None = None  # mapped results, in memoized()
 
@@ -129,6 +140,11 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         renders a column of its one field at once)."""
         return self.key
 
+    def cache_identity(self) -> str:
+        """What tells this lookup's answers apart from another's in a shared cache: its class,
+        service and key template (subclasses add what selects the answer)."""
+        return f"{type(self).__qualname__}|{self.service_name}|{self.key.text}"
+
     def describe_call(self, record: Any) -> str:
         """What this lookup asks for ``record``, for its errors."""
         key = self.request_key(record)
@@ -165,6 +181,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         counts = {
             "lookups": stats.requests,
             "cache_hits": stats.cache_hits,
+            "shared_cache_hits": stats.shared_cache_hits,
             "deduplicated": stats.deduplicated,
         }
         throttle = self.throttle_stats
@@ -176,11 +193,22 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 throttled_ms=int(throttle.throttled_s * 1000),
                 breaker_opened=throttle.breaker_opened,
             )
+        budget = self._gate.budget_stats if self._gate is not None else None
+        if budget is not None:
+            counts.update(
+                budget_waits=budget.waits,
+                budget_wait_ms=int(budget.wait_s * 1000),
+                budget_units=int(budget.units),
+            )
         return counts
 
     def gauges(self) -> dict[str, Any]:
         throttle = self.throttle_stats
-        return {"limit": throttle.limit or "-"} if throttle is not None else {}
+        out: dict[str, Any] = {"limit": throttle.limit or "-"} if throttle is not None else {}
+        budget = self._gate.budget_stats if self._gate is not None else None
+        if budget is not None:  # the limit in force and where it came from, job-wide
+            out["budget"] = budget.followed or "-"
+        return out
 
     def configured(self, settings: Mapping[str, Any]) -> tuple[str, Lookup]:
         """This lookup under a session's settings (``spark.sql.exec.async-lookup.*``, for SQL):
@@ -209,6 +237,9 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         gate, self._gate, self._gate_loop = self._gate, None, None
         if gate is not None:
             await gate.aclose()
+        l2, self._l2, self._l2_loop = self._l2, None, None
+        if l2 is not None:
+            await l2.aclose()
         close = getattr(self.service, "aclose", None)
         if callable(close):
             await close()
@@ -219,6 +250,7 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(stats=LookupStats(), _gate=None, _gate_loop=None, _inflight={}, _memo_results=None)
+        state.update(_l2=None, _l2_loop=None)
         return state
 
     # ------------------------------------------------------------------ lookups
@@ -244,17 +276,22 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
                 shared = self._inflight[key] = asyncio.get_running_loop().create_future()
             self.stats.deduplicated += 1
             return self._result(await asyncio.shield(shared), key)
-        return self._result(await self._fetch_one(key), key)
+        return self._result(await self._fetch_one(key, self._units((record,), 1)), key)
 
-    async def _fetch_one(self, key: Hashable) -> Any:
+    def _units(self, records: Sequence[Any], keys: int) -> float | None:
+        """The budget units a call for ``records`` costs (None without a budget)."""
+        limits = self.limits
+        if limits is None or limits.budget is None or limits.cost is None:
+            return None
+        return limits.cost.estimate(records, keys)
+
+    async def _fetch_one(self, key: Hashable, units: float | None = None) -> Any:
         # a key in _inflight is being fetched; its future exists only once somebody waits on it
         inflight = self._inflight if self.dedup else None
         if inflight is not None:
             inflight[key] = None
         try:
-            self.stats.requests += 1
-            self.stats.keys_fetched += 1
-            answer = await self._gated(self._service.fetch, key, 1, key)
+            answer = await self._fetched(key, units)
         except BaseException as exc:
             self.stats.errors += 1
             future = inflight.pop(key, None) if inflight is not None else None
@@ -272,18 +309,64 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
             future.set_result(answer)
         return answer
 
-    async def _fetch_counted(self, keys: list[Any]) -> list[Any] | LookupServiceError:
-        """One batch call, counted; the error instead of the answers when the call failed."""
+    async def _fetched(self, key: Hashable, units: float | None) -> Any:
+        """One key's answer: from the shared cache, else from the service (then kept there)."""
+        l2 = self._shared()
+        if l2 is not None:
+            [(found, kept)] = await l2.get_many([key])
+            if found:
+                self.stats.shared_cache_hits += 1
+                return kept
+        self.stats.requests += 1
+        self.stats.keys_fetched += 1
+        answer = await self._gated(self._service.fetch, key, 1, key, units)
+        if l2 is not None:
+            await l2.put_many([(key, answer)])
+        return answer
+
+    async def _fetch_counted(
+        self, keys: list[Any], units: float | None = None
+    ) -> list[Any] | LookupServiceError:
+        """One batch call, counted; the error instead of the answers when the call failed (the
+        answers the shared cache holds are not asked again)."""
+        l2 = self._shared()
+        if l2 is None:
+            return await self._batch_call(keys, units)
+        kept = await l2.get_many(keys)
+        missing = [key for key, (found, _) in zip(keys, kept, strict=True) if not found]
+        self.stats.shared_cache_hits += len(keys) - len(missing)
+        if not missing:
+            return [answer for _, answer in kept]
+        share = None if units is None else units * len(missing) / len(keys)
+        fresh = await self._batch_call(missing, share)
+        if isinstance(fresh, LookupServiceError):
+            return fresh
+        await l2.put_many(
+            [(k, a) for k, a in zip(missing, fresh, strict=True) if not isinstance(a, BaseException)]
+        )
+        answers = iter(fresh)
+        return [answer if found else next(answers) for found, answer in kept]
+
+    async def _batch_call(self, keys: list[Any], units: float | None) -> list[Any] | LookupServiceError:
         stats = self.stats
         stats.requests += 1
         stats.keys_fetched += len(keys)
         try:
             return await self._gated(
-                self._service.fetch_many, keys, len(keys), keys[0] if len(keys) == 1 else keys
+                self._service.fetch_many, keys, len(keys), keys[0] if len(keys) == 1 else keys, units
             )
         except LookupServiceError as exc:
             stats.errors += 1
             return exc
+
+    def _shared(self) -> SharedCacheClient | None:
+        """The shared cache's client of the running loop (None without one), made on first use."""
+        if self.shared_cache is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._l2 is None or self._l2_loop is not loop:
+            self._l2, self._l2_loop = self.shared_cache.connect(self.cache_identity()), loop
+        return self._l2
 
     # ------------------------------------------------------------------ limits
 
@@ -301,13 +384,15 @@ class Lookup(AsyncFunction[Any, dict[str, Any]]):
         """What the limits did in this process (None without limits, or before the first call)."""
         return self._gate.stats if self._gate is not None else None
 
-    def _gated(self, call: Any, argument: Any, keys: int, lookup_key: Any) -> Awaitable[Any]:
+    def _gated(
+        self, call: Any, argument: Any, keys: int, lookup_key: Any, units: float | None = None
+    ) -> Awaitable[Any]:
         """``call(argument)`` to await, through the gate when the lookup has limits (without
         limits the call itself: no coroutine in between on the hot path)."""
         gate = self.gate()
         if gate is None:
             return call(argument)
-        return through_gate(gate, call, argument, keys, lookup_key, self.service_name)
+        return through_gate(gate, call, argument, keys, lookup_key, self.service_name, units)
 
     # ------------------------------------------------------------------ results
 

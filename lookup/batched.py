@@ -42,7 +42,7 @@ async def invoke_batch(lookup: Lookup, records: list[Any]) -> list[Any]:
     stats.records += len(records)
     keys, every_key = request_keys_checked(lookup, records)
     if cache is None and every_key and len(dict.fromkeys(keys)) == len(keys):
-        return await _fetch_distinct(lookup, keys)
+        return await _fetch_distinct(lookup, keys, lookup._units(records, len(keys)))
     out: list[Any] = [None] * len(records)
     cached = cache.get_many(keys) if cache is not None else None
     wanted: dict[Hashable, Any] = {}  # key -> index, or a list of indexes when repeated
@@ -70,7 +70,8 @@ async def invoke_batch(lookup: Lookup, records: list[Any]) -> list[Any]:
         return out
     await suspend()
     unique = list(wanted)
-    answers = await lookup._fetch_counted(unique)
+    firsts = [records[slot[0] if isinstance(slot, list) else slot] for slot in wanted.values()]
+    answers = await lookup._fetch_counted(unique, lookup._units(firsts, len(unique)))
     if isinstance(answers, LookupServiceError):
         for slot in wanted.values():
             for i in slot if isinstance(slot, list) else (slot,):
@@ -111,12 +112,12 @@ def _mapped_all(lookup: Lookup, keys: list[Any], answers: list[Any]) -> list[Any
         ]
 
 
-async def _fetch_distinct(lookup: Lookup, keys: list[Any]) -> list[Any]:
+async def _fetch_distinct(lookup: Lookup, keys: list[Any], units: float | None) -> list[Any]:
     """Distinct keys (none an error), no cache: one request, answers mapped straight onto the
     records."""
     await suspend()
     stats = lookup.stats
-    answers = await lookup._fetch_counted(keys)
+    answers = await lookup._fetch_counted(keys, units)
     if isinstance(answers, LookupServiceError):
         return [answers] * len(keys)
     if lookup.mapper.fields is None and lookup.mapper.result_path is None:

@@ -25,9 +25,10 @@ from .fields import Field
 from .http_client import http_client_setting, make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Answer, Transport
-from .limits import Limits
+from .limits import Limits, heard
 from .loop_client import LoopClient
 from .secrets import Redactor, Secret, redact_url, split_userinfo
+from .shared_cache import SharedCache
 from .template import Template
 
 __all__ = ["HttpLookup", "Secret"]
@@ -148,6 +149,7 @@ class HttpLookup(LoopClient, Lookup):
         cache: PartialCache | None = None,
         dedup: bool = True,
         limits: Limits | None = None,
+        shared_cache: SharedCache | None = None,
     ) -> None:
         self.miss_statuses = tuple(miss_statuses)
         super().__init__(
@@ -157,6 +159,7 @@ class HttpLookup(LoopClient, Lookup):
             dedup=dedup,
             error_body_chars=error_body_chars,
             limits=limits,
+            shared_cache=shared_cache,
         )
         url, userinfo = split_userinfo(url)
         if userinfo is not None and (basic_auth is not None or basic_auth_env is not None):
@@ -213,6 +216,17 @@ class HttpLookup(LoopClient, Lookup):
             " auth=***" if self._bearer or self._basic or self._secret_headers or self._secret_params else ""
         )
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
+
+    def cache_identity(self) -> str:
+        """The method, the URL templates and the credentials (a digest of them is all a shared
+        cache's keys show): two tenants' answers never meet."""
+        secrets = [repr(v.reveal()) for v in self._secret_headers.values()]
+        secrets += [repr(v.reveal()) for _, v in self._secret_params]
+        auth = self._authorization
+        if auth is not None:
+            secrets.append(repr(auth.reveal() if hasattr(auth, "reveal") else auth))
+        batch = getattr(self, "batch_url", None)
+        return f"{super().cache_identity()}|{self.method} {self.url.text}|{batch}|{'|'.join(secrets)}"
 
     @property
     def batching(self) -> bool:
@@ -344,6 +358,7 @@ class HttpLookup(LoopClient, Lookup):
             request_timeout=self.request_timeout,
             service=url,
         )
+        heard(answer.headers)  # the quota and cost it states, for the job's budget
         return answer.status, answer.headers, answer.body
 
     def _body(self, payload: Any) -> str | None:

@@ -11,28 +11,34 @@ Invariants: calls in flight never exceed the adaptive limit (when on); call star
 before that time (the whole lookup pauses, not only the record that got it); while the circuit
 is open, no call starts and records fail at once with :class:`CircuitOpenError`.
 
-The rate is per worker process, unless ``shared`` names a job-wide budget in Redis
+The rate is per worker process, unless ``shared`` names a job-wide rate in Redis
 (:mod:`lookup.shared_rate`): then every process of every executor takes its tokens from that
-one bucket, and executors that come and go change nothing. Without Redis, a job-wide budget of
-R calls/s over P worker processes is ``rate=R / P`` (executors x cores for Spark's Python
-workers), and holds only while P does.
+one bucket, and executors that come and go change nothing. ``budget`` goes further
+(:mod:`lookup.budget`): calls in flight, calls and cost units per second and the adaptive limit
+held for the whole job, following what the service's headers say of its quota. Without Redis,
+a job-wide budget of R calls/s over P worker processes is ``rate=R / P`` (executors x cores for
+Spark's Python workers), and holds only while P does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
+from .budget import Budget, BudgetClient, BudgetStats, Cost
 from .exceptions import CircuitOpenError, LookupTimeoutError, RateLimitedError, ServiceUnavailableError
+from .quota_headers import quotas_of
 from .shared_rate import SharedBuckets, SharedRate
 from .throttle import AimdLimit, CircuitBreaker, TokenBucket
 
-__all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats", "through_gate"]
+__all__ = ["Gate", "Limits", "SharedRate", "ThrottleStats", "Ticket", "heard", "through_gate"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,12 @@ class Limits:
         Seconds the circuit stays open before one probe goes out.
     shared : SharedRate, optional
         Hold ``rate`` and ``keys_rate`` for the whole job, in Redis, instead of per process.
+    budget : Budget, optional
+        One budget for the whole job, in Redis: calls in flight, calls and cost units per
+        second, an adaptive limit, the service's own quota (see :class:`~lookup.Budget`).
+        Works beside the per-process limits above.
+    cost : Cost, optional
+        What a call costs in the budget's units (default: 1 per call).
     """
 
     rate: float | None = None
@@ -68,6 +80,8 @@ class Limits:
     breaker_failures: int | None = None
     breaker_cool_off: float = 5.0
     shared: SharedRate | None = None
+    budget: Budget | None = None
+    cost: Cost | None = None
 
     def __post_init__(self) -> None:
         # every setting checked when made, not in a task, by the name the caller wrote
@@ -83,6 +97,12 @@ class Limits:
                 raise ConfigError("shared", self.shared, "a SharedRate(url, name), or None")
             if self.rate is None and self.keys_rate is None:
                 raise ConfigError("shared", self.shared, "None unless rate= or keys_rate= is given")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ConfigError("budget", self.budget, "a Budget(url, name, ...), or None")
+        if self.cost is not None and not isinstance(self.cost, Cost):
+            raise ConfigError("cost", self.cost, "a Cost(...), or None")
+        if self.cost is not None and self.budget is None:
+            raise ConfigError("cost", self.cost, "None unless budget= is given (units are a budget's)")
 
 
 def _as_named(names: dict[str, str], make: Callable[[], object]) -> None:
@@ -119,6 +139,29 @@ class ThrottleStats:
 _OVERLOAD = (RateLimitedError, ServiceUnavailableError, LookupTimeoutError, asyncio.CancelledError)
 
 
+@dataclass
+class Ticket:
+    """One call through a gate: when it started, its lease in the job's budget and the units it
+    was charged, and what its answer said (its headers, told by the service with :func:`heard`)."""
+
+    started: float
+    lease: str | None = None
+    units: float = 0.0
+    headers: Mapping[str, str] | None = None
+    answer: Any = None
+
+
+_CALL: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("kaw_call", default=None)
+
+
+def heard(headers: Mapping[str, str]) -> None:
+    """What a service's answer said in its headers, for the call running in this task (its
+    quota, its cost): a lookup's client calls it with every answer."""
+    ticket = _CALL.get()
+    if ticket is not None:
+        ticket.headers = headers
+
+
 class Gate:
     """The asyncio side of :class:`Limits` for one lookup in one event loop."""
 
@@ -134,13 +177,16 @@ class Gate:
         self.breaker = CircuitBreaker(failures, limits.breaker_cool_off) if failures is not None else None
         self.shared = limits.shared  # reserved through Redis instead of the local buckets
         self._buckets: SharedBuckets | None = None  # its client, made at the first call
+        self.budget, self.cost = limits.budget, limits.cost or Cost()
+        self._budget: BudgetClient | None = None  # made at the first call
+        self._releasing: set[asyncio.Task[None]] = set()
         self.in_flight = 0
         self.paused_until = 0.0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self.stats = ThrottleStats(limit=self.limit.allowed if self.limit else 0)
 
-    async def enter(self, keys: int, lookup_key: Any, service: str) -> float:
-        """Wait until a call of ``keys`` keys may start; its start time (loop seconds)."""
+    async def enter(self, keys: int, lookup_key: Any, service: str, units: float | None = None) -> Ticket:
+        """Wait until a call of ``keys`` keys (costing ``units``) may start; its ticket."""
         loop = asyncio.get_running_loop()
         now = loop.time()
         wait = self.paused_until - now
@@ -155,6 +201,29 @@ class Gate:
         if wait > 0:
             self.stats.throttled_s += wait
             await asyncio.sleep(wait)
+        await self._within_limit(loop)
+        breaker = self.breaker
+        now = loop.time()
+        if breaker is not None and not breaker.allow(now):
+            self.stats.short_circuited += 1
+            raise CircuitOpenError(
+                f"not called: the circuit is open after repeated failures (probe in "
+                f"{breaker.remaining(now):.1f} s)",
+                lookup_key=lookup_key,
+                service=service,
+                retry_after=breaker.remaining(now),
+            )
+        ticket = Ticket(now)
+        if self.budget is not None:
+            ticket.units = self.cost.estimate((), keys) if units is None else units
+            if self._budget is None:
+                self._budget = self.budget.connect()
+            ticket.lease = await self._budget.acquire(ticket.units, lookup_key=lookup_key, service=service)
+            ticket.started = loop.time()
+        self.in_flight += 1
+        return ticket
+
+    async def _within_limit(self, loop: asyncio.AbstractEventLoop) -> None:
         limit = self.limit
         while limit is not None and self.in_flight >= limit.allowed:
             waiter = loop.create_future()
@@ -167,19 +236,6 @@ class Gate:
                 raise
             finally:
                 self.stats.throttled_s += loop.time() - started
-        breaker = self.breaker
-        now = loop.time()
-        if breaker is not None and not breaker.allow(now):
-            self.stats.short_circuited += 1
-            raise CircuitOpenError(
-                f"not called: the circuit is open after repeated failures (probe in "
-                f"{breaker.remaining(now):.1f} s)",
-                lookup_key=lookup_key,
-                service=service,
-                retry_after=breaker.remaining(now),
-            )
-        self.in_flight += 1
-        return now
 
     async def _reserve_shared(self, keys: int, lookup_key: Any, service: str) -> float:
         if self._buckets is None:
@@ -195,12 +251,17 @@ class Gate:
         return wait
 
     async def aclose(self) -> None:
-        """Close the shared budget's client (nothing else holds a resource)."""
+        """Close the shared budgets' clients (nothing else holds a resource)."""
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
         buckets, self._buckets = self._buckets, None
         if buckets is not None:
             await buckets.aclose()
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            await budget.aclose()
 
-    def leave(self, started: float, exc: BaseException | None) -> None:
+    def leave(self, ticket: Ticket, exc: BaseException | None) -> None:
         """The call that :meth:`enter` let start ended (``exc``: how it failed, or None)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -214,7 +275,7 @@ class Gate:
             if overload:
                 self.limit.overloaded(now)
             elif exc is None:
-                self.limit.succeeded(now - started, now)
+                self.limit.succeeded(now - ticket.started, now)
             self.stats.limit = self.limit.allowed
         if self.breaker is not None:
             was_open = self.breaker.state
@@ -222,6 +283,46 @@ class Gate:
             if self.breaker.state == CircuitBreaker.OPEN and was_open != CircuitBreaker.OPEN:
                 self.stats.breaker_opened += 1
         self._wake()
+
+    async def give_back(
+        self, ticket: Ticket, exc: BaseException | None, lookup_key: Any, service: str
+    ) -> None:
+        """The call's lease back to the job's budget, with what its answer said."""
+        if ticket.lease is None or self._budget is None:
+            return
+        used = self.cost.used(ticket.headers, ticket.answer)
+        quotas = quotas_of(ticket.headers) if ticket.headers is not None else None
+        overload = isinstance(exc, _OVERLOAD)
+        await self._budget.release(
+            ticket.lease,
+            outcome="overload" if overload else "ok" if exc is None else "other",
+            latency=asyncio.get_running_loop().time() - ticket.started,
+            settle=0.0 if used is None else used - ticket.units,
+            retry_after=float(getattr(exc, "retry_after", 0) or 0),
+            quotas=quotas,
+            lookup_key=lookup_key,
+            service=service,
+        )
+
+    def give_back_later(self, ticket: Ticket, exc: BaseException, lookup_key: Any, service: str) -> None:
+        """:meth:`give_back` in a task of its own (the call was cancelled: it must not wait)."""
+        if ticket.lease is None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._give_back_quietly(ticket, exc, lookup_key, service)
+        )
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _give_back_quietly(
+        self, ticket: Ticket, exc: BaseException, lookup_key: Any, service: str
+    ) -> None:
+        with contextlib.suppress(Exception):  # unreachable: the lease expires on its own
+            await self.give_back(ticket, exc, lookup_key, service)
+
+    @property
+    def budget_stats(self) -> BudgetStats | None:
+        return self._budget.stats if self._budget is not None else None
 
     def _count(self, exc: BaseException | None) -> None:
         if isinstance(exc, RateLimitedError):
@@ -240,14 +341,27 @@ class Gate:
                 room -= 1
 
 
-async def through_gate(gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any, service: str) -> Any:
+async def through_gate(
+    gate: Gate, call: Any, argument: Any, keys: int, lookup_key: Any, service: str, units: float | None = None
+) -> Any:
     """``call(argument)`` once ``gate`` lets a call of ``keys`` keys start, its outcome told to
-    the gate."""
-    started = await gate.enter(keys, lookup_key, service)
+    the gate (and its lease given back to the job's budget, with what the answer said)."""
+    ticket = await gate.enter(keys, lookup_key, service, units)
+    token = _CALL.set(ticket)
     try:
         answer = await call(argument)
-    except BaseException as exc:
-        gate.leave(started, exc)
+    except asyncio.CancelledError as exc:
+        gate.leave(ticket, exc)
+        gate.give_back_later(ticket, exc, lookup_key, service)
         raise
-    gate.leave(started, None)
+    except BaseException as exc:
+        gate.leave(ticket, exc)
+        await gate.give_back(ticket, exc, lookup_key, service)
+        raise
+    finally:
+        _CALL.reset(token)
+    gate.leave(ticket, None)
+    if ticket.lease is not None:
+        ticket.answer = answer
+        await gate.give_back(ticket, None, lookup_key, service)
     return answer

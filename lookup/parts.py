@@ -25,6 +25,7 @@ class LookupStats:
     requests: int = 0  # calls to the service (one per GET, one per MGET or batch POST)
     keys_fetched: int = 0  # lookup keys asked of the service
     cache_hits: int = 0
+    shared_cache_hits: int = 0  # answers found in the shared cache (L2, in Redis)
     deduplicated: int = 0  # records served by a request another record had made
     misses: int = 0  # answers that found nothing
     errors: int = 0

@@ -20,6 +20,7 @@ from .limits import Limits
 from .loop_client import LoopClient
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
+from .shared_cache import SharedCache
 from .template import Template
 
 __all__ = ["RedisLookup"]
@@ -68,6 +69,7 @@ class RedisLookup(LoopClient, Lookup):
         cache: PartialCache | None = None,
         dedup: bool = True,
         limits: Limits | None = None,
+        shared_cache: SharedCache | None = None,
     ) -> None:
         super().__init__(
             fields=fields,
@@ -76,6 +78,7 @@ class RedisLookup(LoopClient, Lookup):
             dedup=dedup,
             error_body_chars=error_body_chars,
             limits=limits,
+            shared_cache=shared_cache,
         )
         self.connection = RedisConnection.of(
             url,
@@ -108,6 +111,11 @@ class RedisLookup(LoopClient, Lookup):
 
     def input_fields(self) -> tuple[str, ...]:
         return self.key.fields
+
+    def cache_identity(self) -> str:
+        """The Redis (its URL without a password), the command and how answers are decoded."""
+        fields = ",".join(self.hash_fields)
+        return f"{super().cache_identity()}|{self.connection.shown}|{self.command} {fields}|{self.decode}"
 
     def _key_template(self) -> Template:
         return self.key

@@ -25,6 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .quota import Quota
+
 __all__ = ["ServiceState", "profile_of", "run_service"]
 
 TIERS = ("bronze", "silver", "gold")
@@ -57,6 +59,7 @@ class ServiceState:
     down_query: dict[str, str] = field(default_factory=dict)  # requests with these parameters: 503
     slow_query: dict[str, str] = field(default_factory=dict)  # ... these: slow_seconds
     record_calls: bool = False
+    quota: Quota | None = None  # a quota enforced and announced (RateLimit headers), see .quota
     max_concurrent: int | None = None  # above this many requests at once: 429 with Retry-After
     over_capacity_retry_after: str | None = None
     in_flight: int = 0
@@ -134,6 +137,28 @@ def _app(state: ServiceState) -> web.Application:
             return web.Response(
                 status=429, text="over capacity", headers={"Retry-After": retry} if retry else None
             )
+        quota = state.quota
+        units = float((query or {}).get("units", 1))
+        if quota is not None:
+            admitted, quota_headers = quota.admit(units)
+            if not admitted:
+                state.rejected += 1
+                return web.Response(status=429, text="over quota", headers=quota_headers)
+            try:
+                return await answer_within(key, payload, query, calls, start, quota_headers, units)
+            finally:
+                quota.done()
+        return await answer_within(key, payload, query, calls, start, {}, units)
+
+    async def answer_within(
+        key: str,
+        payload: Any,
+        query: dict[str, str] | None,
+        calls: Any,
+        start: float,
+        headers: dict[str, str],
+        units: float,
+    ) -> web.Response:
         state.in_flight += 1
         state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         try:
@@ -150,7 +175,10 @@ def _app(state: ServiceState) -> web.Application:
                 return web.Response(status=404, text="not found")
             if state.malformed:
                 return web.Response(text="{not json", content_type="application/json")
-            return web.json_response(payload)
+            if state.quota is not None and isinstance(payload, dict):  # what the call used
+                payload = {**payload, "usage": {"units": units}}
+                headers = {**headers, "X-Units-Used": f"{units:g}"}
+            return web.json_response(payload, headers=headers or None)
         finally:
             state.in_flight -= 1
             if calls is not None:

@@ -46,6 +46,10 @@ BACKEND_COUNTERS = (
     "writes_applied",
     "writes_stale",
     "writes_superseded",
+    "shared_cache_hits",
+    "budget_waits",
+    "budget_wait_ms",
+    "budget_units",
 )
 
 
@@ -95,6 +99,10 @@ class AsyncWaitMetrics:
         "writes_stale",  # (the store held that version or a newer one), and skipped as superseded
         "writes_superseded",  # (coalesce=True: a newer record of the key waited)
         "set_aside",  # KEY_ORDERED: records of hot keys past blocked_capacity, spilled to local disk
+        "shared_cache_hits",  # answers found in a lookup's shared cache (L2, in Redis)
+        "budget_waits",  # with a job-wide Budget: asks it refused (the call waited), milliseconds
+        "budget_wait_ms",  # waited for it, and cost units charged (settled by the answers)
+        "budget_units",
     )
     PEAKS = ("peak_in_flight", "peak_blocked_keys")  # the highest any one task saw
 

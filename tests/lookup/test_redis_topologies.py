@@ -19,13 +19,16 @@ from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStr
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress
 from lookup import (
     AccessDeniedError,
+    Budget,
     CertificateError,
     Field,
+    HttpLookup,
     Limits,
     LookupOptionError,
     RedisConnection,
     RedisLookup,
     RedisWrite,
+    SharedCache,
     SharedRate,
     StepJournal,
 )
@@ -447,3 +450,19 @@ def test_hset_removes_a_null_field_and_it_reads_back_as_null(redis_url: str) -> 
         redis_url, p + ":{id}", command="HGETALL", fields=[Field("name"), Field("age", "int", optional=True)]
     )
     assert looked_up(run(through(read, [{"id": 1}]))) == {1: {"name": "b", "age": None}}
+
+
+def test_a_cluster_holds_a_job_wide_budget_and_a_shared_cache(cluster: Cluster, service: Any) -> None:
+    url, state = service
+    state.latency = 0.01
+    name = uuid.uuid4().hex[:8]
+    limits = Limits(budget=Budget(cluster.url(1), f"b{name}", in_flight=4))
+    shared = SharedCache(cluster.url(2), expire_after_write=60, name=f"c{name}")
+    records = [{"id": i, "user_id": i} for i in range(60)]
+    for _ in range(2):  # the second run finds every answer in the shared cache
+        fn = HttpLookup(
+            f"{url}/users/{{user_id}}", fields=[Field("name")], limits=limits, shared_cache=shared
+        )
+        got = looked_up(run(through(fn, records, capacity=30)))
+        assert got == {i: {"name": f"user-{i}"} for i in range(60)}
+    assert state.keys_asked == 60 and state.peak_in_flight <= 4

@@ -1,0 +1,207 @@
+"""The Lua scripts of a job-wide budget (:mod:`lookup.budget`), run atomically by Redis on its
+own clock. Every key of one budget carries the hash tag ``{name}``, so a Redis Cluster keeps
+them in one slot.
+
+Keys: ``S`` the budget's state (a hash), ``L`` the leases in flight (a sorted set: lease id ->
+expiry), ``G`` the groups sharing it (a sorted set: group -> activity expiry). State fields:
+``tk``/``tl`` the calls bucket (tokens, last refill), ``ut``/``ul`` the units bucket, per group
+``w:<g>`` its weight, ``n:<g>`` its leases, ``want:<g>`` when it was last refused, ``gt:<g>``/
+``gl:<g>`` its share of the calls bucket; ``paused`` (a ``Retry-After``); ``s_remaining``/
+``s_reset``/``s_rate``/``s_rate_until`` and ``u_remaining``/``u_reset``/``u_rate``/
+``u_rate_until`` what the service said of its calls and units; ``aimd``, ``base``, ``cut``,
+``slow`` the adaptive limit.
+
+Invariants: leases held never exceed the concurrency limit in force when each was taken; a
+lease whose holder stopped renewing it (a killed task) is gone ``lease`` seconds after its last
+renewal, and its place with it; calls started over any ``T`` seconds stay within ``burst +
+rate * T`` (the rate less the headroom); a group's leases count stays the number of its live
+leases (each lease id carries its group).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACQUIRE", "RELEASE", "RENEW"]
+
+_COMMON = """
+local S, L, G = KEYS[1], KEYS[2], KEYS[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function num(f, d)
+  local v = redis.call('HGET', S, f)
+  if v then return tonumber(v) end
+  return d
+end
+local function expire_dead()
+  local dead = redis.call('ZRANGEBYSCORE', L, '-inf', now)
+  for _, id in ipairs(dead) do
+    redis.call('HINCRBY', S, 'n:' .. string.match(id, '^(.-)|'), -1)
+  end
+  if #dead > 0 then redis.call('ZREMRANGEBYSCORE', L, '-inf', now) end
+end
+local function keep()
+  redis.call('PEXPIRE', S, 3600000)
+  redis.call('PEXPIRE', L, 3600000)
+  redis.call('PEXPIRE', G, 3600000)
+end
+"""
+
+ACQUIRE = (
+    _COMMON
+    + """
+local group, weight, lease, lease_s = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local rate, burst = tonumber(ARGV[5]), tonumber(ARGV[6])
+local urate, uburst = tonumber(ARGV[7]), tonumber(ARGV[8])
+local cap, cost = tonumber(ARGV[9]), tonumber(ARGV[10])
+local adaptive, ceiling, headroom = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
+expire_dead()
+redis.call('ZADD', G, now + 10 + lease_s, group)
+redis.call('HSET', S, 'w:' .. group, weight)
+local gone = redis.call('ZRANGEBYSCORE', G, '-inf', now)
+for _, g in ipairs(gone) do
+  redis.call('HDEL', S, 'w:' .. g, 'n:' .. g, 'want:' .. g, 'gt:' .. g, 'gl:' .. g)
+end
+if #gone > 0 then redis.call('ZREMRANGEBYSCORE', G, '-inf', now) end
+keep()
+local function refuse(wait, why)
+  redis.call('HSET', S, 'want:' .. group, now)
+  return {1, tostring(wait), why}
+end
+local paused = num('paused', 0)
+if paused > now then return refuse(paused - now, 'the service asked to wait (Retry-After)') end
+local limit, source = cap, 'configured'
+if adaptive then
+  local a = math.max(1, math.floor(num('aimd', math.min(ceiling, 4))))
+  if limit <= 0 or a < limit then limit, source = a, 'adaptive' end
+end
+local others, total = false, 0
+for _, g in ipairs(redis.call('ZRANGE', G, 0, -1)) do
+  total = total + num('w:' .. g, 1)
+  if g ~= group and num('want:' .. g, 0) > now - 1 then others = true end
+end
+local share = weight / math.max(total, weight)
+if limit > 0 then
+  if redis.call('ZCARD', L) >= limit then return refuse(0, 'in flight ' .. source) end
+  if others and num('n:' .. group, 0) >= math.max(1, math.floor(limit * share)) then
+    return refuse(0, 'fair share of in flight')
+  end
+end
+local sreset, sremain = num('s_reset', 0), num('s_remaining', -1)
+if sreset > now and sremain >= 0 and sremain < 1 then
+  return refuse(sreset - now, 'the service said no calls are left')
+end
+local ureset, uremain = num('u_reset', 0), num('u_remaining', -1)
+if ureset > now and uremain >= 0 and uremain < math.min(cost, 1) then
+  return refuse(ureset - now, 'the service said no units are left')
+end
+local function rate_of(field, until_field, given)
+  local said = num(field, 0)
+  if said > 0 and num(until_field, 0) > now then return said * (1 - headroom) end
+  return given * (1 - headroom)
+end
+local function take(tf, lf, r, b, n)
+  -- a reservation: the tokens are taken now, and the caller starts once the bucket has
+  -- earned them back (its debt is the queue: each waits for the reservations before it)
+  local tokens = math.min(b, num(tf, b) + math.max(0, now - num(lf, now)) * r) - n
+  redis.call('HSET', S, tf, tokens, lf, now)
+  if tokens >= 0 then return 0 end
+  return -tokens / r
+end
+local wait = 0
+local r = rate_of('s_rate', 's_rate_until', rate)
+if r > 0 then
+  local rb = burst > 0 and burst or 1
+  wait = take('tk', 'tl', r, rb, 1)
+  if others then
+    wait = math.max(wait, take('gt:' .. group, 'gl:' .. group, r * share, math.max(1, rb * share), 1))
+  end
+end
+local ur = rate_of('u_rate', 'u_rate_until', urate)
+if ur > 0 then wait = math.max(wait, take('ut', 'ul', ur, uburst > 0 and uburst or 1, cost)) end
+if sreset > now and sremain >= 0 then redis.call('HSET', S, 's_remaining', sremain - 1) end
+if ureset > now and uremain >= 0 then redis.call('HSET', S, 'u_remaining', uremain - cost) end
+redis.call('ZADD', L, now + wait + lease_s, lease)
+redis.call('HINCRBY', S, 'n:' .. group, 1)
+-- a group wants while it is refused or queued (for a second after: its next ask comes soon)
+if wait > 0 then redis.call('HSET', S, 'want:' .. group, now) end
+local said = ''
+if num('s_rate_until', 0) > now then said = ' (the service: ' .. num('s_rate', 0) .. ' calls/s)' end
+return {0, tostring(wait), 'in flight ' .. (limit > 0 and (limit .. ' ' .. source) or 'unlimited') .. said}
+"""
+)
+
+RELEASE = (
+    _COMMON
+    + """
+local group, lease = ARGV[1], ARGV[2]
+local settle, outcome, latency = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local adaptive, ceiling, retry_after = ARGV[6] == '1', tonumber(ARGV[7]), tonumber(ARGV[8])
+if redis.call('ZREM', L, lease) == 1 then redis.call('HINCRBY', S, 'n:' .. group, -1) end
+expire_dead()
+keep()
+if settle ~= 0 then redis.call('HSET', S, 'ut', num('ut', 0) - settle) end
+if retry_after > 0 then redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + retry_after)) end
+local function said(prefix, at)
+  local remaining, reset, limit, window = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  if remaining ~= '' and reset ~= '' and tonumber(reset) < 2 then
+    -- a reset a second or less away is as coarse as whole seconds allow: waiting for it could
+    -- lose most of a short window, so such windows are followed by their rate alone
+    redis.call('HDEL', S, prefix .. '_remaining', prefix .. '_reset')
+  elseif remaining ~= '' and reset ~= '' then
+    -- what the service said less the calls it may not have seen yet (those in flight); what
+    -- this budget counted since, when that is fewer (the service counts in windows: a count
+    -- above ours is a new window)
+    local said_left = tonumber(remaining)
+    local left = math.max(0, said_left - redis.call('ZCARD', L))
+    if num(prefix .. '_reset', 0) > now then
+      left = math.min(said_left, math.max(left, num(prefix .. '_remaining', left)))
+    end
+    redis.call('HSET', S, prefix .. '_remaining', left, prefix .. '_reset', now + tonumber(reset))
+  end
+  if limit ~= '' and window ~= '' and tonumber(window) > 0 then
+    redis.call('HSET', S, prefix .. '_rate', tonumber(limit) / tonumber(window),
+               prefix .. '_rate_until', now + math.max(60, 2 * tonumber(window)))
+  end
+end
+said('s', 9)
+said('u', 13)
+local a = num('aimd', math.min(ceiling, 4))
+if adaptive then
+  local function cut()
+    if now - num('cut', -1e9) >= num('base', 0) then
+      a = math.max(1, a * 0.5)
+      redis.call('HSET', S, 'cut', now, 'slow', 0)
+    end
+  end
+  if outcome == 'overload' then
+    cut()
+  elseif outcome == 'ok' then
+    local base = num('base', nil)
+    if base == nil or latency < base then base = math.max(latency, 0.000001) else base = base * 1.01 end
+    redis.call('HSET', S, 'base', base)
+    if latency > 2 * base then
+      cut()
+    else
+      local step = 1 / a
+      if num('slow', 1) == 1 then step = 1 end
+      a = math.min(ceiling, a + step)
+    end
+  end
+  redis.call('HSET', S, 'aimd', a)
+end
+return tostring(math.floor(a))
+"""
+)
+
+RENEW = (
+    _COMMON
+    + """
+local group, lease_s = ARGV[1], tonumber(ARGV[2])
+redis.call('ZADD', G, now + 10 + lease_s, group)
+local kept = 0
+for i = 3, #ARGV do
+  kept = kept + redis.call('ZADD', L, 'XX', 'CH', now + lease_s, ARGV[i])
+end
+keep()
+return kept
+"""
+)

@@ -1,0 +1,240 @@
+"""One budget for the whole job, in a real Redis, against the real test service: calls in
+flight and per second held across event loops (as across worker processes), a killed worker's
+places returned, the service's RateLimit headers followed as they shrink and grow the quota,
+two jobs sharing by weight, cost units charged and settled, and a Redis that cannot be reached
+stopping the calls rather than letting them run unlimited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from keyed_async_wait.app.quota import Quota
+from keyed_async_wait.core.exceptions import ConfigError
+from lookup import Budget, Cost, Field, HttpLookup, Limits, ServiceUnavailableError
+
+from ..core.helpers import run
+
+RETRY = RetryStrategy.fixed_delay(20, 0.05)
+
+
+def users(url: str, limits: Limits, **params: str) -> HttpLookup:
+    query = {"seq": "{seq}", **params}
+    return HttpLookup(f"{url}/users/{{user_id}}", params=query, fields=[Field("name")], limits=limits)
+
+
+async def through(fn: HttpLookup, rows: list[dict[str, Any]], capacity: int = 50) -> list[Any]:
+    op = KeyedAsyncWaitOperator(fn, mode="unordered", output="pairs", capacity=capacity, retry=RETRY)
+    try:
+        return [pair async for pair in op.process(rows)]
+    finally:
+        await fn.aclose()
+
+
+def in_threads(count: int, work: Callable[[int], Any], bound: float = 60) -> list[Any]:
+    """``work(i)`` in ``count`` threads started together (each its own event loop, as worker
+    processes would be); their results."""
+    results: list[Any] = [None] * count
+    failures: list[BaseException] = []
+    go = threading.Barrier(count, timeout=30)
+
+    def body(i: int) -> None:
+        go.wait()
+        try:
+            results[i] = work(i)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(bound)
+    assert not any(thread.is_alive() for thread in threads), "a worker did not finish in time"
+    if failures:
+        raise failures[0]
+    return results
+
+
+def rows(start: int, count: int, **extra: Any) -> list[dict[str, Any]]:
+    return [{"seq": n, "user_id": n % 500, **extra} for n in range(start, start + count)]
+
+
+def test_calls_in_flight_are_held_for_the_whole_job(service: Any, redis_url: str) -> None:
+    url, state = service
+    state.latency = 0.02
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=6)
+    done = in_threads(3, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 100, 100))))
+    assert sorted(r["seq"] for part in done for r, _ in part) == list(range(300))
+    assert 3 <= state.peak_in_flight <= 6  # three loops of 50 each: six at most, job-wide
+
+
+def test_calls_per_second_are_held_for_the_whole_job(service: Any, redis_url: str) -> None:
+    url, state = service
+    state.record_calls = True
+    rate = 100.0
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", rate=rate, headroom=0)
+    in_threads(2, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 80, 80))))
+    starts = sorted(start for _, start, _, _ in state.calls)
+    assert len(starts) == 160
+    for i, first in enumerate(starts):  # any window of calls, both loops together
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= 1 + rate * (starts[j] - first + 0.03) + 2
+    assert starts[-1] - starts[0] >= 159 / rate * 0.9  # one budget: two per-loop ones take half
+
+
+def test_a_killed_workers_places_come_back_within_the_lease(redis_url: str) -> None:
+    """A process takes every place in flight and is killed with SIGKILL mid-call: nothing gives
+    its leases back, yet they expire ``lease`` seconds after their last renewal."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    child = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from lookup import Budget
+        async def main():
+            client = Budget({redis_url!r}, {name!r}, in_flight=3, lease=1.0).connect()
+            for _ in range(3):
+                await client.acquire(1, lookup_key=None, service="test")
+            print("held", flush=True)
+            await asyncio.Event().wait()
+        asyncio.run(main())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+        async def acquire() -> float:
+            client = Budget(redis_url, name, in_flight=3, lease=1.0).connect()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                await client.acquire(1, lookup_key=None, service="test")
+                return loop.time() - started
+            finally:
+                await client.aclose()
+
+        waited = run(acquire(), bound=10)
+        assert 0.2 <= waited <= 3.0, waited  # the dead leases expired (1 s after the last renewal)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+class ChangingQuota(Quota):
+    """A quota that changes as calls are admitted: ``phases`` of (calls per second, admitted
+    calls before the next phase)."""
+
+    def __init__(self, phases: list[tuple[int, int]]) -> None:
+        super().__init__(calls=phases[0][0], window=1.0)
+        self.phases, self.phase_at = phases, []
+
+    def admit(self, units: float, now: float | None = None) -> tuple[bool, dict[str, str]]:
+        _, until = self.phases[0]
+        if self.admitted >= until and len(self.phases) > 1:
+            self.phases = self.phases[1:]
+            self.calls = self.phases[0][0]
+            self.phase_at.append(self.admitted)
+        return super().admit(units, now)
+
+
+def test_the_job_follows_the_services_headers_as_the_quota_shrinks_and_grows(
+    service: Any, redis_url: str
+) -> None:
+    url, state = service
+    state.record_calls = True
+    quota = state.quota = ChangingQuota([(40, 60), (15, 90), (80, 10_000)])
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", rate=1000)  # configured far too high
+    in_threads(2, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 125, 125)), bound=40))
+    starts = sorted(start for _, start, _, _ in state.calls)
+    assert len(starts) == 250
+    # each phase's calls per second, from the service's log (the first window's calls go out
+    # before any answer told the quota, and the first answers of a phase still tell the old
+    # one: some slack at each change)
+    cut = [0, 60, 90, 250]
+    rates = [(cut[p + 1] - cut[p] - 1) / (starts[cut[p + 1] - 1] - starts[cut[p]]) for p in range(3)]
+    assert 25 <= rates[0] <= 50 and 9 <= rates[1] <= 17 and 45 <= rates[2] <= 84, rates
+    assert quota.rejected <= 15, quota.rejected  # a handful at the changes, not one per call
+
+
+def test_two_jobs_share_the_places_by_weight(service: Any, redis_url: str) -> None:
+    url, state = service
+    state.latency, state.record_calls = 0.02, True
+    name = f"t{uuid.uuid4().hex[:8]}"
+    jobs = [Budget(redis_url, name, in_flight=8, weight=1), Budget(redis_url, name, in_flight=8, weight=3)]
+
+    def job(i: int) -> Any:
+        return run(through(users(url, Limits(budget=jobs[i]), job=str(i)), rows(i * 1000, 400)), bound=40)
+
+    in_threads(2, job)
+    ends = {i: max(end for _, _, end, q in state.calls if q["job"] == str(i)) for i in (0, 1)}
+    both = min(ends.values())  # while both jobs asked
+    done = {i: sum(1 for _, _, end, q in state.calls if q["job"] == str(i) and end <= both) for i in (0, 1)}
+    assert 2.0 <= done[1] / done[0] <= 4.5, done  # weight 3 against 1
+    assert state.peak_in_flight <= 8
+
+
+def test_cost_units_are_charged_per_record_and_settled_by_the_answer(service: Any, redis_url: str) -> None:
+    """Each record says it will cost 5 units (``tokens``); the service says it used 10; the
+    budget of 200 units/s therefore lets about 20 calls a second through once settled."""
+    url, state = service
+    state.record_calls = True
+    state.quota = Quota()  # no limit: it only reports the units the request declared
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", units_rate=200, headroom=0)
+    cost = Cost(column="tokens", from_field="usage.units")
+    fn = users(url, Limits(budget=budget, cost=cost), units="10")
+    assert len(run(through(fn, rows(0, 60, tokens=5)), bound=30)) == 60
+    starts = sorted(start for _, start, _, _ in state.calls)
+    pace = (len(starts) - 1) / (starts[-1] - starts[0])
+    assert 15 <= pace <= 26, pace  # 10 units a call against 200 a second, not 5 against 200
+    with pytest.raises(ConfigError, match="cost column"):
+        Cost(column="tokens").estimate([{"tokens": None}], 1)
+
+
+def test_without_redis_no_call_starts_and_the_record_may_be_retried(service: Any) -> None:
+    url, state = service
+    budget = Budget("redis://:hunter2@127.0.0.1:1/0", "nowhere", in_flight=5)
+    assert "hunter2" not in repr(budget) and "hunter2" not in repr(Limits(budget=budget))
+    fn = users(url, Limits(budget=budget))
+    op = KeyedAsyncWaitOperator(fn, mode="unordered", output="pairs")
+
+    async def one() -> None:
+        try:
+            async for _ in op.process(rows(0, 1)):
+                pass
+        finally:
+            await fn.aclose()
+
+    with pytest.raises(RecordFailedError) as failed:
+        run(one())
+    cause = failed.value.__cause__
+    assert isinstance(cause, ServiceUnavailableError) and cause.retryable
+    assert "budget 'nowhere'" in str(failed.value) and "hunter2" not in str(failed.value)
+    assert state.requests == 0
+
+
+def test_a_budget_is_checked_when_made(redis_url: str) -> None:
+    with pytest.raises(ConfigError, match="in_flight"):
+        Budget(redis_url, "x", in_flight=0)
+    with pytest.raises(ConfigError, match="budget name"):
+        Budget(redis_url, "a b", rate=1)
+    with pytest.raises(ConfigError, match="headroom"):
+        Budget(redis_url, "x", rate=1, headroom=0.9)
+    with pytest.raises(ConfigError, match="budget="):
+        Limits(cost=Cost())

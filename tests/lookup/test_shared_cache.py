@@ -1,0 +1,95 @@
+"""A cache every executor shares, in a real Redis: a second worker (or a re-run) asks the
+service nothing it asked before, misses are kept unless told not to, entries expire, answers
+of different lookups never meet, and a Redis that cannot be reached only costs calls."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from keyed_async_wait import KeyedAsyncWaitOperator
+from keyed_async_wait.core.exceptions import ConfigError
+from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedCache
+
+from ..core.helpers import run
+
+
+def users(url: str, shared: SharedCache | None, **kw: Any) -> HttpLookup:
+    return HttpLookup(f"{url}/users/{{user_id}}", fields=[Field("name")], shared_cache=shared, **kw)
+
+
+async def through(fn: Any, records: list[dict[str, Any]], **kw: Any) -> list[Any]:
+    op = KeyedAsyncWaitOperator(fn, mode="unordered", output="pairs", **kw)
+    try:
+        return [pair async for pair in op.process(records)]
+    finally:
+        await fn.aclose()
+
+
+def rows(ids: range) -> list[dict[str, Any]]:
+    return [{"seq": i, "user_id": i} for i in ids]
+
+
+@pytest.mark.parametrize("batch", [None, 20])
+def test_a_second_worker_and_a_rerun_ask_nothing_already_asked(
+    service: Any, redis_url: str, batch: int | None
+) -> None:
+    url, state = service
+    state.users = 50  # ids 50 and above are misses (404)
+    name = f"c{uuid.uuid4().hex[:8]}"
+    shared = SharedCache(redis_url, expire_after_write=60, name=name)
+    batch_url = f"{url}/users/batch" if batch else None
+    first = run(through(users(url, shared, batch_url=batch_url), rows(range(80)), batch_size=batch))
+    asked = state.keys_asked
+    assert asked == 80
+    again = users(url, shared, batch_url=batch_url, cache=PartialCache(10))  # an L1 of its own
+    second = run(through(again, rows(range(80)), batch_size=batch))
+    assert state.keys_asked == asked  # not one key asked again, misses included
+    assert again.stats.shared_cache_hits == 80 and again.counters()["shared_cache_hits"] == 80
+    assert sorted(map(repr, first)) == sorted(map(repr, second))  # the same answers, misses as misses
+    client = redis.Redis.from_url(redis_url)
+    try:
+        names = list(client.scan_iter(f"kaw:cache:{name}:*"))
+        assert len(names) == 80 and all(0 < client.pttl(n) <= 60_000 for n in names)
+        assert not any(b"user" in n for n in names)  # a lookup key's text never shows
+    finally:
+        client.close()
+
+
+def test_misses_are_asked_again_when_not_kept(service: Any, redis_url: str) -> None:
+    url, state = service
+    state.users = 10
+    shared = SharedCache(redis_url, expire_after_write=60, cache_missing_key=False, name=uuid.uuid4().hex)
+    run(through(users(url, shared), rows(range(20))))
+    run(through(users(url, shared), rows(range(20))))
+    assert state.keys_asked == 30  # the 10 misses twice, the 10 hits once
+
+
+def test_answers_of_different_lookups_and_credentials_never_meet(service: Any, redis_url: str) -> None:
+    url, state = service
+    shared = SharedCache(redis_url, expire_after_write=60)
+    run(through(users(url, shared, bearer_token=Secret("tenant-a")), rows(range(5))))
+    run(through(users(url, shared, bearer_token=Secret("tenant-b")), rows(range(5))))
+    assert state.keys_asked == 10  # another tenant's token: its own entries
+    other = RedisLookup(redis_url, "profile:{user_id}", shared_cache=shared)
+    assert other.cache_identity() != users(url, shared).cache_identity()
+
+
+def test_a_cache_that_cannot_be_reached_only_costs_calls(service: Any, caplog: Any) -> None:
+    url, state = service
+    shared = SharedCache("redis://:hunter2@127.0.0.1:1/0", expire_after_write=60, socket_timeout=0.5)
+    fn = users(url, shared)
+    out = run(through(fn, rows(range(5))))
+    assert len(out) == 5 and all(results for _, results in out) and state.keys_asked == 5
+    assert "not reachable" in caplog.text and "hunter2" not in caplog.text
+    assert "hunter2" not in repr(shared)
+
+
+def test_a_shared_cache_is_checked_when_made(redis_url: str) -> None:
+    with pytest.raises(ConfigError, match="expire_after_write"):
+        SharedCache(redis_url, expire_after_write=0)
+    with pytest.raises(ConfigError, match="shared_cache"):
+        HttpLookup("http://127.0.0.1:1/{id}", shared_cache="redis://x")  # type: ignore[arg-type]
