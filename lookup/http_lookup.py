@@ -295,7 +295,7 @@ class HttpLookup(LoopClient, Lookup):
         status, answer_headers, payload = await self._request(
             self.method, url, key, params=params, headers=headers, data=body
         )
-        return self._decode(status, answer_headers, payload, key)
+        return _decoded(self, status, answer_headers, payload, key)
 
     async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
         assert self.batch_url is not None
@@ -308,7 +308,7 @@ class HttpLookup(LoopClient, Lookup):
                 service=self.batch_url,
                 status=status,
             )
-        answer = self._decode(status, headers, payload, keys)
+        answer = _decoded(self, status, headers, payload, keys)
         if answer is None:
             return [None] * len(keys)
         if self.batch_response == "list":
@@ -367,47 +367,49 @@ class HttpLookup(LoopClient, Lookup):
             return None
         return self._redactor.redact(snippet(payload, self.error_body_chars))
 
-    def _decode(self, status: int, headers: Mapping[str, str], payload: bytes, key: Any) -> Any:
-        url = self.service_name
-        if status in self.miss_statuses:
-            return None
-        if 200 <= status < 300:
-            if not payload or (payload[:1].isspace() and not payload.strip()):
-                raise BadResponseError(
-                    f"empty answer; a miss is status {' or '.join(map(str, self.miss_statuses))}",
-                    lookup_key=key,
-                    service=url,
-                    status=status,
-                )
-            try:
-                return loads(payload)  # JSON null: the service says there is nothing: a miss
-            except ValueError as exc:
-                raise BadResponseError(
-                    f"answer is not JSON ({exc})",
-                    lookup_key=key,
-                    service=url,
-                    status=status,
-                    body=self._body(payload),
-                ) from exc
-        if status == 429:
-            raise RateLimitedError(
-                "rate limited (429)",
+
+def _decoded(lookup: HttpLookup, status: int, headers: Mapping[str, str], payload: bytes, key: Any) -> Any:
+    """The answer a status and body mean: a miss, the JSON, or the error to raise."""
+    url = lookup.service_name
+    if status in lookup.miss_statuses:
+        return None
+    if 200 <= status < 300:
+        if not payload or (payload[:1].isspace() and not payload.strip()):
+            raise BadResponseError(
+                f"empty answer; a miss is status {' or '.join(map(str, lookup.miss_statuses))}",
                 lookup_key=key,
                 service=url,
                 status=status,
-                retry_after=_retry_after(headers.get("Retry-After")),
             )
-        if status >= 500:
-            raise ServiceUnavailableError(
-                f"server error {status}" + (f": {body}" if (body := self._body(payload)) else ""),
+        try:
+            return loads(payload)  # JSON null: the service says there is nothing: a miss
+        except ValueError as exc:
+            raise BadResponseError(
+                f"answer is not JSON ({exc})",
                 lookup_key=key,
                 service=url,
                 status=status,
-                retry_after=_retry_after(headers.get("Retry-After")),
-            )
-        raise BadResponseError(
-            "request rejected", lookup_key=key, service=url, status=status, body=self._body(payload)
+                body=lookup._body(payload),
+            ) from exc
+    if status == 429:
+        raise RateLimitedError(
+            "rate limited (429)",
+            lookup_key=key,
+            service=url,
+            status=status,
+            retry_after=_retry_after(headers.get("Retry-After")),
         )
+    if status >= 500:
+        raise ServiceUnavailableError(
+            f"server error {status}" + (f": {body}" if (body := lookup._body(payload)) else ""),
+            lookup_key=key,
+            service=url,
+            status=status,
+            retry_after=_retry_after(headers.get("Retry-After")),
+        )
+    raise BadResponseError(
+        "request rejected", lookup_key=key, service=url, status=status, body=lookup._body(payload)
+    )
 
 
 def _key_template(key: str | None, url: Template, batching: bool, batch_response: str) -> Template | None:

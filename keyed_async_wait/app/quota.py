@@ -29,6 +29,8 @@ class Quota:
     rejected: int = 0
     units_used: float = 0.0
     peak_in_flight: int = 0
+    first_admitted: float | None = None  # monotonic seconds of the first and last admission
+    last_admitted: float | None = None
     _window_start: float = 0.0
     _calls: int = 0
     _units: float = 0.0
@@ -55,11 +57,21 @@ class Quota:
                 self._running += 1
                 self.admitted += 1
                 self.units_used += units
+                if self.first_admitted is None:
+                    self.first_admitted = now
+                self.last_admitted = now
                 self.peak_in_flight = max(self.peak_in_flight, self._running)
             headers = self._headers(start + self.window - now)
             if over:
                 headers["Retry-After"] = str(max(1, math.ceil(start + self.window - now)))
             return not over, headers
+
+    def used(self) -> float:
+        """The share of the calls quota used from the first admission to the last."""
+        if self.calls is None or self.first_admitted is None or self.last_admitted is None:
+            return 0.0
+        seconds = self.last_admitted - self.first_admitted
+        return (self.admitted - 1) / (self.calls / self.window * seconds) if seconds > 0 else 0.0
 
     def done(self) -> None:
         with self._lock:

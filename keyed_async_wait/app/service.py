@@ -102,6 +102,14 @@ def _fault(state: ServiceState, key: str, query: dict[str, str]) -> web.Response
     return None
 
 
+def _units(query: dict[str, str] | None) -> float:
+    """The cost a request declares (``?units=``; 1 when it declares none or nonsense)."""
+    try:
+        return max(0.0, float((query or {}).get("units", 1)))
+    except ValueError:
+        return 1.0
+
+
 def _versioned_store(state: ServiceState, answer: Any) -> Any:
     """``/records/{key}``: a store that fences writes by ``X-Record-Version`` (byte order), as
     :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds."""
@@ -123,7 +131,9 @@ def _versioned_store(state: ServiceState, answer: Any) -> Any:
     return record
 
 
-def _app(state: ServiceState) -> web.Application:
+def _answering(state: ServiceState) -> Any:
+    """The coroutine every route answers through: capacity, quota, faults, latency, the log."""
+
     async def answer(key: str, payload: Any, query: dict[str, str] | None = None) -> web.Response:
         state.requests += 1
         state.started.set()
@@ -138,7 +148,7 @@ def _app(state: ServiceState) -> web.Application:
                 status=429, text="over capacity", headers={"Retry-After": retry} if retry else None
             )
         quota = state.quota
-        units = float((query or {}).get("units", 1))
+        units = _units(query)
         if quota is not None:
             admitted, quota_headers = quota.admit(units)
             if not admitted:
@@ -183,6 +193,12 @@ def _app(state: ServiceState) -> web.Application:
             state.in_flight -= 1
             if calls is not None:
                 calls.append((key, start, time.monotonic(), query or {}))
+
+    return answer
+
+
+def _app(state: ServiceState) -> web.Application:
+    answer = _answering(state)
 
     async def user(request: web.Request) -> web.Response:
         key = request.match_info["user_id"]

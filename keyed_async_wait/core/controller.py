@@ -13,6 +13,7 @@ from typing import Any
 from .elements import OutputMode, Watermark
 from .entry import Entry, State
 from .key_accounting import KeyAccounting
+from .keyed_control import KeyedControl
 from .keys import KeySelector, keys_of_many
 from .output import EpochManager, OrderedQueue
 from .parking import FRESH, PARKED, ParkedItem, ParkedKeys, ParkInfo
@@ -21,7 +22,7 @@ from .set_aside import SetAside
 __all__ = ["Controller"]
 
 
-class Controller:
+class Controller(KeyedControl):
     """Admits records and watermarks, and says which entry may start and which may leave.
 
     Invariants (checked by the property tests):
@@ -38,30 +39,14 @@ class Controller:
     * KEY_ORDERED with ``coalesce``: a key's records still start in arrival order, but of those
       that waited behind one run only the newest runs; the older are done, superseded, and leave
       before it (:attr:`superseded`);
-    * KEY_ORDERED with a ``blocked_bound``: records waiting behind their keys never exceed it;
-      past it a busy key's records are set aside (:mod:`.set_aside`: listed in
-      :attr:`set_aside` for the runtime to spill, or parked when parked records leave at once)
-      and come back, in order, when the key's queue runs dry (:meth:`refill`).
+    * KEY_ORDERED with a ``blocked_bound``: past it a hot key's records are set aside
+      (:mod:`.set_aside`: listed in :attr:`set_aside` for the runtime to spill, or parked when
+      parked records leave at once) and come back, in order, when the key's queue runs dry
+      (:meth:`refill`); other records still wait in memory, and the runtime counts those past
+      the bound against its capacity (see :class:`.keyed_control.KeyedControl`).
     """
 
-    __slots__ = (
-        "_key_of",
-        "_keys",
-        "_live",
-        "_output",
-        "_seq",
-        "aside",
-        "aside_parked",
-        "coalesce",
-        "held_back",
-        "mode",
-        "out",
-        "parked",
-        "plain_output",
-        "records_inside",
-        "set_aside",
-        "superseded",
-    )
+    __slots__ = ("_key_of", "held_back", "mode", "out")  # and the keyed part's
 
     def __init__(
         self,
@@ -196,117 +181,12 @@ class Controller:
             entry.state = State.READY
         return ready
 
-    def _within_bound(self, records: list[Any], keys: list[Hashable]) -> tuple[list[Any], list[Hashable]]:
-        """The records that may be admitted and their keys. Past the waiting bound, a record of
-        a hot key (one with twice the records waiting that the other keys have on average) is
-        set aside, as is every later record of a key with records set aside or parked; other
-        records are admitted, and what waits past the bound takes capacity (the intake slows
-        down instead: with keys alike, setting aside would only move every key's records to
-        disk and back)."""
-        accounting, aside = self._keys, self.aside
-        assert accounting is not None
-        blocked, bound = accounting.blocked_items, aside.bound
-        started: set[Hashable] = set()
-        kept: list[Any] = []
-        kept_keys: list[Hashable] = []
-        for record, key in zip(records, keys, strict=True):
-            busy = key in started or accounting.occupied(key)
-            hot = busy and blocked >= bound and _hot(accounting, key, blocked)
-            if aside.holds(key) or key in self.parked or hot:
-                self._put_aside(key, record)
-                continue
-            if busy:
-                blocked += 1
-            else:
-                started.add(key)
-            kept.append(record)
-            kept_keys.append(key)
-        return kept, kept_keys
-
-    def _full(self, key: Hashable) -> bool:
-        """Whether a record of ``key`` would have to wait with no room left behind busy keys."""
-        accounting = self._keys
-        return (
-            accounting is not None
-            and bool(self.aside.bound)
-            and accounting.occupied(key)
-            and accounting.blocked_items >= self.aside.bound
-        )
-
-    def _put_aside(self, key: Hashable, record: Any) -> None:
-        if self.parked.spill is not None:  # parked records leave at once: parked as keyed state
-            self.parked.park([ParkedItem(record, key)])
-            self.plain_output = False
-        else:
-            self.aside.add(key)
-            self.set_aside.append((key, record))
-
-    def take_set_aside(self) -> list[tuple[Hashable, Any]]:
-        """The records set aside since the last call, ``(key, record)`` in arrival order."""
-        items, self.set_aside = self.set_aside, []
-        return items
-
-    def refill(self, key: Hashable, records: list[Any]) -> Entry:
-        """``records`` of ``key`` (the first ones set aside, in order), back from where they were
-        set aside: the first, READY, runs now; the rest wait behind it."""
-        accounting = self._keys
-        assert accounting is not None and records
-        self.aside.back(key, len(records))
-        seq = self._seq
-        entries = [Entry(seq + i, record, key) for i, record in enumerate(records)]
-        self._seq = seq + len(entries)
-        self._live.update((entry.seq, entry) for entry in entries)
-        self.records_inside += len(entries)
-        self._output.add_records(entries)
-        accounting.requeue(key, entries[1:])
-        entries[0].state = State.READY
-        return entries[0]
-
-    def park_set_aside(self, key: Hashable, records: list[Any]) -> None:
-        """``records`` of a parked key, back from where they were set aside: parked behind it."""
-        self.aside.back(key, len(records))
-        self.parked.park([ParkedItem(record, key) for record in records])
-
-    def _release(self, key: Hashable) -> Entry | None:
-        """The next entry of ``key`` to run, or None; a key with records set aside stays held
-        when its queue runs dry, and is due a refill."""
-        assert self._keys is not None
-        if self.coalesce:
-            older = self._keys.older(key)
-            if older:
-                self._supersede(older)
-        if not self.aside.holds(key):
-            return self._keys.release(key)
-        nxt = self._keys.release(key, hold=True)
-        if nxt is None:
-            self.aside.due.append(key)
-        return nxt
-
-    def _supersede(self, entries: list[Entry]) -> None:
-        for entry in entries:
-            entry.state = State.DONE
-        self._output.complete_many(entries)
-        self.superseded += entries
-
     def admit_watermark(self, watermark: Watermark) -> None:
         self.plain_output = False
         entry = Entry.for_watermark(self._seq, watermark)
         self._seq += 1
         self._live[entry.seq] = entry
         self._output.add(entry)
-
-    def release_early(self, entry: Entry) -> Entry | None:
-        """KEY_ORDERED: ``entry``, still running, lets the next entry of its key start (its
-        function reached the point after which order does not matter); that entry, now READY,
-        or None. The key is released once per entry: :meth:`finish` then releases nothing."""
-        keys = self._keys
-        if keys is None or entry.released or entry.state == State.DONE:
-            return None
-        entry.released = True
-        nxt = self._release(entry.key)
-        if nxt is not None:
-            nxt.state = State.READY
-        return nxt
 
     def finish(self, entry: Entry) -> Entry | None:
         """``entry`` has its results or failure: the next entry of its key, now READY, or None."""
@@ -390,11 +270,3 @@ class Controller:
     @property
     def idle(self) -> bool:
         return not self._live
-
-
-def _hot(accounting: KeyAccounting[Entry], key: Hashable, blocked: int) -> bool:
-    """Whether ``key`` has at least twice as many records waiting as the other occupied keys
-    have on average (and two at least)."""
-    waiting = accounting.waiting(key)
-    others = (blocked - waiting) / max(1, accounting.occupied_keys - 1)
-    return waiting >= max(2.0, 2.0 * others)

@@ -7,24 +7,23 @@ from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from typing import Any
 
 from ..core.elements import OutputMode, Watermark
-from ..core.entry import Entry
-from ..core.exceptions import ConfigError, SnapshotError
 from ..core.keys import DEFAULT_MAX_PARALLELISM
 from ..core.latency import LatencyHistogram
 from ..core.parking import PARKED, DeferPolicy, ParkedItem
 from ..core.retry import RetryStrategy
-from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
+from ..core.snapshot import SnapshotRecord
 from ..core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, Output, WaitSpec
 from .backend import adapt_function, check_release
 from .consume import outputs_of
+from .operator_state import OperatorState
 from .overflow import Overflow
 from .runtime import Runtime
-from .stats import EMPTY, OperatorStats, stats_of
+from .stats import OperatorStats, stats_of
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
 
 
-class KeyedAsyncWaitOperator:
+class KeyedAsyncWaitOperator(OperatorState):
     """Run an async action per record, concurrently, in ORDERED, UNORDERED or KEY_ORDERED mode.
 
     ``async for out in operator.process(source)`` reads a sync or async iterable of records and
@@ -40,9 +39,9 @@ class KeyedAsyncWaitOperator:
     * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
     * ``blocked_capacity`` (KEY_ORDERED, default 10,000): records that may wait behind their
       keys, outside ``capacity``, so that a hot key never holds the other keys back; past it a
-      busy key's further records are set aside and come back in order (in memory here; Spark
-      tasks spill them to local disk; ``key_ordered_stream`` parks them). 0: records behind
-      their key count against ``capacity`` instead.
+      hot key's further records are set aside and come back in order (in memory here; Spark
+      tasks spill them to local disk; ``key_ordered_stream`` parks them), and other records
+      waiting count against ``capacity``. 0: every record behind its key counts against it.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -132,10 +131,6 @@ class KeyedAsyncWaitOperator:
         self._parked_replay: list[ParkedItem] = []
         self._leftover: list[ParkedItem] = []
         self._overflow: Overflow | None = None
-
-    @property
-    def mode(self) -> OutputMode:
-        return self.spec.mode
 
     def __repr__(self) -> str:
         s = self.spec
@@ -276,68 +271,6 @@ class KeyedAsyncWaitOperator:
             self._runtime = None
             if self.function.close is not None:
                 await self.function.close()
-
-    # ------------------------------------------------------------------ parking
-
-    def hold(self) -> None:
-        """Stop starting work (a time cap was reached): running attempts finish, the rest of
-        the input is read but not run, and the run ends when nothing runs any more. What did not
-        finish is in :attr:`leftover` afterwards. Call it from the loop's thread (e.g. from
-        ``loop.call_at``); a no-op when nothing runs."""
-        if self._runtime is not None:
-            self._runtime.hold()
-
-    def replay_parked(self, items: list[ParkedItem]) -> None:
-        """Records parked by an earlier run, replayed (in this order) before the next run's new
-        input; records not due yet, and later records of their keys, stay parked."""
-        if self._runtime is not None:
-            raise SnapshotError("replay_parked() before process(), not while it runs")
-        if items and self.mode is not OutputMode.KEY_ORDERED:
-            raise ConfigError("replay_parked", len(items), "parked records only in KEY_ORDERED mode")
-        self._parked_replay = list(items)
-
-    @property
-    def leftover(self) -> list[ParkedItem]:
-        """After a run that was held or parked records: every record that did not finish, with
-        what it carries (attempts, deferral), each key's in arrival order."""
-        return list(self._leftover)
-
-    # ------------------------------------------------------------------ state
-
-    def snapshot(self) -> OperatorSnapshot:
-        """Every record not yet handed out, and the pending watermarks, grouped by key group.
-
-        Take it between two outputs (while the consumer holds the last one); restore it with
-        :meth:`restore` and feed the source from the position it had reached.
-        """
-        runtime = self._runtime
-        entries = runtime.ctl.live_entries() if runtime is not None else []
-        if runtime is not None:  # records set aside come after every record inside
-            after = entries[-1].seq + 1 if entries else 0
-            aside = runtime.run.overflow.peek()
-            entries += [Entry(after + i, item.record, item.key) for i, item in enumerate(aside)]
-        pending = list(self._replay) if runtime is None else []
-        return snapshot_of(entries, pending, self.spec.max_parallelism)
-
-    def restore(self, snapshot: OperatorSnapshot, subtask_index: int = 0, parallelism: int = 1) -> None:
-        """Replay the key groups this subtask owns before any new input of the next ``process``."""
-        if self._runtime is not None:
-            raise SnapshotError("restore() before process(), not while it runs")
-        if snapshot.max_parallelism != self.spec.max_parallelism:
-            raise SnapshotError(
-                f"snapshot has max_parallelism {snapshot.max_parallelism}, this operator "
-                f"{self.spec.max_parallelism}: key groups would move; use the same max_parallelism"
-            )
-        self._replay = snapshot.replay_for(subtask_index, parallelism)
-
-    # ------------------------------------------------------------------ statistics
-
-    @property
-    def stats(self) -> OperatorStats:
-        """Statistics of the running ``process()``, or of the last one after it ended."""
-        if self._runtime is not None:
-            return stats_of(self._runtime)
-        return self._last_stats if self._last_stats is not None else EMPTY
 
 
 def _shown(key: Any) -> str:

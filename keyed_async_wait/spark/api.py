@@ -194,9 +194,10 @@ class AsyncDataStream:
         blocked_capacity : int, optional
             Rows that may wait behind their keys per task, outside ``capacity``
             (``...async-lookup.blocked-capacity``, default 10,000, about 10 MB): a hot key never
-            holds the other keys back. Past it a busy key's further rows are set aside on the
-            task's local disk and come back in order. 0: rows behind their key count against
-            ``capacity`` instead.
+            holds the other keys back. Past it a hot key's further rows (twice the rows the
+            other keys have waiting, on average) are set aside on the task's local disk and
+            come back in order, and other waiting rows count against ``capacity``. 0: rows
+            behind their key count against ``capacity`` instead.
         df, fn, timeout, capacity, retry, output_schema, join, error_column
             As :meth:`ordered_wait`.
         batch_size, metrics, backlog, event_time, observe
@@ -279,18 +280,14 @@ class AsyncDataStream:
             (per ``defer``); after ``max_defer_age`` seconds it becomes an error row.
         heartbeat : float, optional
             Seconds: keep micro-batches (and retries of parked rows) going without new input.
-        keep_versions : int
-            State versions kept (>= 2).
-        replay_rows : int, optional
-            Parked rows replayed per micro-batch at most.
-        state_window : int
-            Micro-batches a segment of state lives before it is compacted.
+        keep_versions, replay_rows, state_window : int
+            State versions kept (>= 2); parked rows replayed per micro-batch at most (None:
+            all); micro-batches a segment of state lives before it is compacted.
         step_journal : lookup.StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
         blocked_capacity : int, optional
-            As :meth:`key_ordered_wait`; past it a busy key's further rows are parked (keyed
-            state) for the next micro-batch instead of set aside on disk.
+            As :meth:`key_ordered_wait`; past it a hot key's rows are parked (keyed state).
         key, order_by, num_partitions, df, fn, timeout, capacity, retry, output_schema, join
             As :meth:`key_ordered_wait`; ``error_column``, ``batch_size`` and ``metrics`` too.
 

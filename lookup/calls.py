@@ -1,0 +1,156 @@
+"""How a lookup reaches its service: one key or one batch at a time, through the shared cache
+(L2), the limits and the job's budget (:class:`~.base.Lookup` is one). A key in flight is
+fetched once; what the service answered is kept in the shared cache; a batch asks only what
+the shared cache does not hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Hashable, Sequence
+from typing import Any
+
+from .exceptions import LookupServiceError
+from .limits import Gate, Limits, ThrottleStats, through_gate
+from .parts import LookupStats
+from .shared_cache import SharedCache, SharedCacheClient
+
+__all__ = ["LookupCalls"]
+
+
+class LookupCalls:
+    """The calls of a lookup (its attributes are the lookup's)."""
+
+    cache: Any
+    limits: Limits | None
+    shared_cache: SharedCache | None
+    stats: LookupStats
+    service_name: str
+    _gate: Gate | None
+    _gate_loop: asyncio.AbstractEventLoop | None
+    _l2: SharedCacheClient | None
+    _l2_loop: asyncio.AbstractEventLoop | None
+    _inflight: dict[Hashable, asyncio.Future[Any] | None]
+    dedup: bool
+
+    @property
+    def _service(self) -> Any:
+        raise NotImplementedError
+
+    def cache_identity(self) -> str:
+        raise NotImplementedError
+
+    def _units(self, records: Sequence[Any], keys: int) -> float | None:
+        """The budget units a call for ``records`` costs (None without a budget)."""
+        limits = self.limits
+        if limits is None or limits.budget is None or limits.cost is None:
+            return None
+        return limits.cost.estimate(records, keys)
+
+    async def _fetch_one(self, key: Hashable, units: float | None = None) -> Any:
+        # a key in _inflight is being fetched; its future exists only once somebody waits on it
+        inflight = self._inflight if self.dedup else None
+        if inflight is not None:
+            inflight[key] = None
+        try:
+            answer = await self._fetched(key, units)
+        except BaseException as exc:
+            self.stats.errors += 1
+            future = inflight.pop(key, None) if inflight is not None else None
+            if future is not None:
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: the waiters may all be gone
+            raise
+        if self.cache is not None:
+            self.cache.put(key, answer)
+        future = inflight.pop(key, None) if inflight is not None else None
+        if future is not None:
+            future.set_result(answer)
+        return answer
+
+    async def _fetched(self, key: Hashable, units: float | None) -> Any:
+        """One key's answer: from the shared cache, else from the service (then kept there)."""
+        l2 = self._shared()
+        if l2 is not None:
+            [(found, kept)] = await l2.get_many([key])
+            if found:
+                self.stats.shared_cache_hits += 1
+                return kept
+        self.stats.requests += 1
+        self.stats.keys_fetched += 1
+        answer = await self._gated(self._service.fetch, key, 1, key, units)
+        if l2 is not None:
+            await l2.put_many([(key, answer)])
+        return answer
+
+    async def _fetch_counted(
+        self, keys: list[Any], units: float | None = None
+    ) -> list[Any] | LookupServiceError:
+        """One batch call, counted; the error instead of the answers when the call failed (the
+        answers the shared cache holds are not asked again)."""
+        l2 = self._shared()
+        if l2 is None:
+            return await self._batch_call(keys, units)
+        kept = await l2.get_many(keys)
+        missing = [key for key, (found, _) in zip(keys, kept, strict=True) if not found]
+        self.stats.shared_cache_hits += len(keys) - len(missing)
+        if not missing:
+            return [answer for _, answer in kept]
+        share = None if units is None else units * len(missing) / len(keys)
+        fresh = await self._batch_call(missing, share)
+        if isinstance(fresh, LookupServiceError):
+            return fresh
+        await l2.put_many(
+            [(k, a) for k, a in zip(missing, fresh, strict=True) if not isinstance(a, BaseException)]
+        )
+        answers = iter(fresh)
+        return [answer if found else next(answers) for found, answer in kept]
+
+    async def _batch_call(self, keys: list[Any], units: float | None) -> list[Any] | LookupServiceError:
+        stats = self.stats
+        stats.requests += 1
+        stats.keys_fetched += len(keys)
+        try:
+            return await self._gated(
+                self._service.fetch_many, keys, len(keys), keys[0] if len(keys) == 1 else keys, units
+            )
+        except LookupServiceError as exc:
+            stats.errors += 1
+            return exc
+
+    def _shared(self) -> SharedCacheClient | None:
+        """The shared cache's client of the running loop (None without one), made on first use."""
+        if self.shared_cache is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._l2 is None or self._l2_loop is not loop:
+            self._l2, self._l2_loop = self.shared_cache.connect(self.cache_identity()), loop
+        return self._l2
+
+    # ------------------------------------------------------------------ limits
+
+    def gate(self) -> Gate | None:
+        """The gate of the running event loop (None without limits), made there on first use."""
+        if self.limits is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate_loop is not loop:
+            self._gate, self._gate_loop = Gate(self.limits), loop
+        return self._gate
+
+    @property
+    def throttle_stats(self) -> ThrottleStats | None:
+        """What the limits did in this process (None without limits, or before the first call)."""
+        return self._gate.stats if self._gate is not None else None
+
+    def _gated(
+        self, call: Any, argument: Any, keys: int, lookup_key: Any, units: float | None = None
+    ) -> Awaitable[Any]:
+        """``call(argument)`` to await, through the gate when the lookup has limits (without
+        limits the call itself: no coroutine in between on the hot path)."""
+        gate = self.gate()
+        if gate is None:
+            return call(argument)
+        return through_gate(gate, call, argument, keys, lookup_key, self.service_name, units)
