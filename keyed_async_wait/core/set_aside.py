@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 
+REFILL_LEAST = 16  # records a refill brings back at least
+
 __all__ = ["SetAside"]
 
 
@@ -48,10 +50,14 @@ class SetAside:
         else:
             del self.counts[key]
 
-    def refill_size(self, blocked: int, chunk: int) -> int:
+    def refill_size(self, blocked: int, chunk: int, room: int) -> int:
         """Records to bring back for a key whose queue ran dry: up to ``chunk``, as many as fit
-        beside the ``blocked`` records waiting in memory (one at least: it runs at once)."""
-        return max(1, min(chunk, self.bound - blocked + 1))
+        beside the ``blocked`` records waiting in memory, or up to ``REFILL_LEAST`` of the
+        ``room`` left in the capacity (past the bound they take capacity): a hot key brought
+        back one record at a time would pay a turn of the loop on every record. One at least:
+        it runs at once."""
+        fits = max(self.bound - blocked + 1, min(REFILL_LEAST, room))
+        return max(1, min(chunk, fits))
 
     def __bool__(self) -> bool:
         return bool(self.counts)

@@ -174,7 +174,7 @@ class Intake:
         ctl = run.ctl
         while ctl.aside.due and run.room_left() > 0 and not run.holding:
             key = ctl.aside.due.popleft()
-            count = ctl.aside.refill_size(ctl.blocked_records, REFILL)
+            count = ctl.aside.refill_size(ctl.blocked_records, REFILL, run.room_left())
             self.dispatcher.dispatch(ctl.refill(key, run.overflow.take(key, count)))
 
     async def _set_aside_back(self) -> None:
