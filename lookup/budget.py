@@ -35,7 +35,7 @@ from .budget_scripts import ACQUIRE, RELEASE, RENEW
 from .exceptions import ServiceUnavailableError
 from .quota_headers import CALLS, UNITS, ServiceQuota
 from .redis_connect import RedisClient, RedisConnection
-from .redis_errors import converted
+from .redis_errors import gate_error
 
 __all__ = ["Budget", "BudgetClient", "BudgetStats", "Cost"]
 
@@ -332,18 +332,12 @@ class BudgetClient:
                     script = self._scripts[name] = client.register_script(source)
                 return await script(keys=self.budget.keys, args=args)
         except Exception as exc:
-            error = converted(exc, lookup_key)
-            if error is None:
+            error = gate_error(
+                exc, f"the budget {self.budget.name!r}", self.budget.connection.shown, lookup_key, service
+            )
+            if error is exc:
                 raise
-            if not error.retryable:  # credentials or a certificate: say so, and do not retry
-                raise error from None
-            # from None: the client's error may carry the URL with its password
-            raise ServiceUnavailableError(
-                f"not called: the budget {self.budget.name!r} at {self.budget.connection.shown} cannot "
-                f"be reached ({type(exc).__name__}), and no call starts without it",
-                lookup_key=lookup_key,
-                service=service,
-            ) from None
+            raise error from None
 
     async def aclose(self) -> None:
         renewer, self._renewer = self._renewer, None

@@ -34,7 +34,7 @@ from .exceptions import (
     WrongTypeError,
 )
 
-__all__ = ["converted", "converted_errors", "response_error"]
+__all__ = ["converted", "converted_errors", "gate_error", "response_error"]
 
 # answers that say "not now" (a failover, a reshard, a cluster that is healing): worth a retry
 _TRANSIENT = ("READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
@@ -142,3 +142,21 @@ class converted_errors:
         error = converted(exc, self.key, self.action)
         if error is not None:
             raise error from exc
+
+
+def gate_error(exc: Exception, what: str, shown: str, lookup_key: Any, service: str) -> BaseException:
+    """The error of a call that could not ask ``what`` (a budget, a job-wide rate, kept in
+    the Redis at ``shown``) whether it may start: credentials or a certificate as they are (not
+    retried), else a retryable "not called" (no call starts without it). Raised ``from None``:
+    the client's error may carry the URL with its password."""
+    error = converted(exc, lookup_key)
+    if error is None:
+        return exc
+    if not error.retryable:
+        return error
+    return ServiceUnavailableError(
+        f"not called: {what} at {shown} cannot be reached ({type(exc).__name__}), and no call "
+        "starts without it",
+        lookup_key=lookup_key,
+        service=service,
+    )

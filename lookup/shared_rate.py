@@ -20,9 +20,8 @@ from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
-from .exceptions import ServiceUnavailableError
 from .redis_connect import RedisConnection
-from .redis_errors import converted
+from .redis_errors import gate_error
 
 __all__ = ["SharedRate"]
 
@@ -92,18 +91,16 @@ class SharedBuckets:
                     self._script = client.register_script(_RESERVE)
                 wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
         except Exception as exc:
-            error = converted(exc, lookup_key)
-            if error is None:
+            error = gate_error(
+                exc,
+                f"the shared rate budget {self.shared.name!r}",
+                self.shared.connection.shown,
+                lookup_key,
+                service,
+            )
+            if error is exc:
                 raise
-            if not error.retryable:  # credentials or a certificate: say so, and do not retry
-                raise error from None
-            # from None: the client's error may carry the URL with its password
-            raise ServiceUnavailableError(
-                f"not called: the shared rate budget {self.shared.name!r} at {self.shared.connection.shown} "
-                f"cannot be reached ({type(exc).__name__}), and no call starts without it",
-                lookup_key=lookup_key,
-                service=service,
-            ) from None
+            raise error from None
         return float(wait)
 
     async def aclose(self) -> None:
