@@ -192,3 +192,60 @@ def test_sql_gets_a_write_only_when_the_installing_code_allows_it(spark: Any, re
         assert [json.loads(client.get(f"{p}:{k}")) for k in range(3)] == [{"seq": 6}, {"seq": 7}, {"seq": 8}]
     finally:
         client.close()
+
+
+def _newest_per_key(redis_url: str, prefix: str, keys: int) -> list[Any]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return [json.loads(client.get(f"{prefix}:{k}"))["seq"] for k in range(keys)]
+    finally:
+        client.close()
+
+
+def test_coalesced_upserts_of_a_hot_key_leave_every_row_and_the_store_at_the_newest(
+    spark: Any, redis_url: str
+) -> None:
+    p = f"w{uuid.uuid4().hex[:8]}"
+    rows = [(seq, 0 if seq % 3 else 1 + seq % 5, seq) for seq in range(600)]  # key 0: 2 in 3 rows
+    df = spark.createDataFrame(rows, "seq long, order_id long, user_id long").repartition(3)
+    write = RedisWrite(redis_url, p + ":{order_id}", fields=["seq"], version="seq", coalesce=True)
+    metrics = AsyncWaitMetrics(spark)
+    out = AsyncDataStream.key_ordered_wait(df, write, "order_id", order_by="seq", metrics=metrics).collect()
+    assert sorted(r.seq for r in out) == list(range(600))
+    outcomes = {r.seq: r.outcome for r in out}
+    assert set(outcomes.values()) <= {"applied", "superseded"}  # never stale: sent newest-last
+    assert all(r.applied == (r.outcome == "applied") for r in out)
+    superseded = sum(o == "superseded" for o in outcomes.values())
+    assert superseded > 0 and metrics.value["writes_superseded"] == superseded
+    assert metrics.value["writes_applied"] == 600 - superseded
+    newest = [max(seq for seq, k, _ in rows if k == key) for key in range(6)]
+    assert all(outcomes[seq] == "applied" for seq in newest)  # a key's newest is always sent
+    assert _newest_per_key(redis_url, p, 6) == newest
+
+
+def test_sql_coalesces_a_write_that_asks_for_it(spark: Any, redis_url: str) -> None:
+    import sql_ext
+    from keyed_async_wait.spark.compat import pyspark_version
+
+    if pyspark_version() < (4, 0):
+        pytest.skip("sql_ext needs pyspark 4.0 (test_sql_versions checks the refusal)")
+    p = f"w{uuid.uuid4().hex[:8]}"
+    write = RedisWrite(redis_url, p + ":{order_id}", fields=["seq"], version="seq", coalesce=True)
+    sql_ext.install(spark, {"store": write}, allow_writes=True)
+    spark.createDataFrame(
+        [(i, i % 2, i) for i in range(300)], "seq long, order_id long, user_id long"
+    ).createOrReplaceTempView("coalesce_orders")
+    spark.sql("SET `spark.sql.exec.async-lookup.output-mode`=ALLOW_UNORDERED")
+    spark.sql("SET `spark.sql.exec.async-lookup.key-ordered-enabled`=true")
+    try:
+        rows = spark.sql(
+            "SELECT * FROM async_lookup(TABLE(coalesce_orders), 'store', upsert_key => 'order_id', "
+            "order_by => 'seq')"
+        ).collect()
+    finally:
+        spark.sql("RESET `spark.sql.exec.async-lookup.output-mode`")
+        spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
+    outcomes = {r.seq: r.outcome for r in rows}
+    assert sorted(outcomes) == list(range(300))
+    assert "superseded" in outcomes.values() and outcomes[298] == outcomes[299] == "applied"
+    assert _newest_per_key(redis_url, p, 2) == [298, 299]
