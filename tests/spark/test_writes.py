@@ -176,16 +176,7 @@ def test_sql_gets_a_write_only_when_the_installing_code_allows_it(spark: Any, re
     spark.createDataFrame(
         [(i, i % 3, i) for i in range(9)], "seq long, order_id long, user_id long"
     ).createOrReplaceTempView("write_orders")
-    spark.sql("SET `spark.sql.exec.async-lookup.output-mode`=ALLOW_UNORDERED")
-    spark.sql("SET `spark.sql.exec.async-lookup.key-ordered-enabled`=true")
-    try:
-        rows = spark.sql(
-            "SELECT * FROM async_lookup(TABLE(write_orders), 'store', upsert_key => 'order_id', "
-            "order_by => 'seq')"
-        ).collect()
-    finally:
-        spark.sql("RESET `spark.sql.exec.async-lookup.output-mode`")
-        spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
+    rows = _stored_through_sql(spark, "write_orders")
     assert sorted((r.seq, r.applied) for r in rows) == [(i, True) for i in range(9)]
     client = redis.Redis.from_url(redis_url)
     try:
@@ -235,17 +226,21 @@ def test_sql_coalesces_a_write_that_asks_for_it(spark: Any, redis_url: str) -> N
     spark.createDataFrame(
         [(i, i % 2, i) for i in range(300)], "seq long, order_id long, user_id long"
     ).createOrReplaceTempView("coalesce_orders")
-    spark.sql("SET `spark.sql.exec.async-lookup.output-mode`=ALLOW_UNORDERED")
-    spark.sql("SET `spark.sql.exec.async-lookup.key-ordered-enabled`=true")
-    try:
-        rows = spark.sql(
-            "SELECT * FROM async_lookup(TABLE(coalesce_orders), 'store', upsert_key => 'order_id', "
-            "order_by => 'seq')"
-        ).collect()
-    finally:
-        spark.sql("RESET `spark.sql.exec.async-lookup.output-mode`")
-        spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
+    rows = _stored_through_sql(spark, "coalesce_orders")
     outcomes = {r.seq: r.outcome for r in rows}
     assert sorted(outcomes) == list(range(300))
     assert "superseded" in outcomes.values() and outcomes[298] == outcomes[299] == "applied"
     assert _newest_per_key(redis_url, p, 2) == [298, 299]
+
+
+def _stored_through_sql(spark: Any, view: str) -> list[Any]:
+    """The rows of the key-ordered table function running ``store`` over ``view``."""
+    spark.sql("SET `spark.sql.exec.async-lookup.output-mode`=ALLOW_UNORDERED")
+    spark.sql("SET `spark.sql.exec.async-lookup.key-ordered-enabled`=true")
+    try:
+        return spark.sql(
+            f"SELECT * FROM async_lookup(TABLE({view}), 'store', upsert_key => 'order_id', order_by => 'seq')"
+        ).collect()
+    finally:
+        spark.sql("RESET `spark.sql.exec.async-lookup.output-mode`")
+        spark.sql("RESET `spark.sql.exec.async-lookup.key-ordered-enabled`")
