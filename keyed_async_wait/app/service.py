@@ -70,6 +70,7 @@ class ServiceState:
     calls: list[tuple[str, float, float, dict[str, str]]] = field(default_factory=list)
     requests: int = 0
     keys_asked: int = 0  # user ids asked for, one per GET and one per id of a batch
+    keys_answered: int = 0  # ... of them, those asked in calls answered 200
     # the versioned store: key -> (version, body or None for a tombstone), and every write seen
     # as (key, version, applied, monotonic time)
     records: dict[str, tuple[str, Any]] = field(default_factory=dict)
@@ -197,6 +198,12 @@ def _answering(state: ServiceState) -> Any:
     return answer
 
 
+def _answered(state: ServiceState, keys: int, response: web.Response) -> web.Response:
+    if response.status == 200:
+        state.keys_answered += keys
+    return response
+
+
 def _app(state: ServiceState) -> web.Application:
     answer = _answering(state)
 
@@ -204,13 +211,14 @@ def _app(state: ServiceState) -> web.Application:
         key = request.match_info["user_id"]
         state.keys_asked += 1
         known = key.isdigit() and int(key) < state.users
-        return await answer(key, profile_of(int(key)) if known else None, dict(request.query))
+        answered = await answer(key, profile_of(int(key)) if known else None, dict(request.query))
+        return _answered(state, 1, answered)
 
     async def batch(request: web.Request) -> web.Response:
         ids = await request.json()
         state.keys_asked += len(ids)
         out = {str(i): profile_of(int(i)) for i in ids if str(i).isdigit() and int(i) < state.users}
-        return await answer("batch:" + json.dumps(ids[:3]), out)
+        return _answered(state, len(ids), await answer("batch:" + json.dumps(ids[:3]), out))
 
     record = _versioned_store(state, answer)
 

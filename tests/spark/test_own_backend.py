@@ -52,8 +52,9 @@ def test_batches_the_cache_retries_and_metrics(spark: Any, service: Any) -> None
     assert counts["lookups"] == state.requests  # every call of the service, counted
     assert state.faults == 2 and counts["retries"] >= 1
     assert all(key.startswith("batch:") for key, _, _, _ in state.calls)  # fetch_many: batches
-    # a key answered is not asked again: 40 users, each asked once per worker process at most
-    assert counts["cache_hits"] > 0 and state.keys_asked <= 40 * 2
+    # a key answered is not asked again: 40 users, each answered once per worker process at
+    # most (the failed calls' keys are asked again, as they must be)
+    assert counts["cache_hits"] > 0 and state.keys_answered <= 40 * 2
 
 
 def test_limits_and_errors_that_name_the_record_and_the_call(spark: Any, service: Any) -> None:
@@ -71,7 +72,8 @@ def test_limits_and_errors_that_name_the_record_and_the_call(spark: Any, service
     assert all(r._error is not None and r.name is None for r in rows)
     assert metrics.value["short_circuited"] > 0  # the breaker opened: records failed at once
     assert any(r._error.error_type == "CircuitOpenError" for r in rows)
-    with pytest.raises(Exception, match=r"record with key 3 \(GET http://127\.0\.0\.1:\d+/users/3\) failed"):
+    named = r"record with key (\d) \(GET http://127\.0\.0\.1:\d+/users/\1\) failed"  # whichever fails first
+    with pytest.raises(Exception, match=named):
         AsyncDataStream.key_ordered_wait(
             orders(spark, rows=4), users(url), "order_id", batch_size=None, num_partitions=1
         ).collect()
