@@ -43,12 +43,16 @@ class OrderEnricher(AsyncFunction[dict, dict]):
 
         # profiles kept in Redis for every worker and for a re-run (named: a new lookup object
         # in each run finds them)
-        shared = SharedCache(redis_url, expire_after_write=shared_ttl, name="kaw-enrich-customers")
+        shared = (
+            SharedCache(redis_url, expire_after_write=shared_ttl, name="kaw-enrich-customers")
+            if shared_ttl > 0
+            else None
+        )
         self.customers = HttpLookup(
             http_url.rstrip("/") + "/users/{customer_id}",
             fields=[Field("name"), Field("tier")],
             request_timeout=timeout,
-            shared_cache=shared if shared_ttl > 0 else None,
+            shared_cache=shared,
         )
         self.prices = RedisLookup(
             redis_url,

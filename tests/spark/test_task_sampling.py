@@ -76,6 +76,6 @@ def test_a_function_that_reports_its_lookups_stats_is_counted_per_task() -> None
 
     fn = OrderEnricher("http://127.0.0.1:1", "redis://127.0.0.1:1/0", 1.0)
     fn.customers.stats.requests, fn.prices.stats.cache_hits = 3, 2
-    assert lookup_counts(fn) == {"lookups": 3, "cache_hits": 2, "deduplicated": 0}
+    assert lookup_counts(fn) == {"lookups": 3, "cache_hits": 2, "deduplicated": 0, "shared_cache_hits": 0}
     assert lookup_counts(HttpLookup("http://127.0.0.1:1/{id}"))["lookups"] == 0
     assert lookup_counts(object()) == {}
