@@ -193,26 +193,32 @@ def _x_ratelimit(headers: Mapping[str, str], now: float | None) -> list[ServiceQ
 def _per_token(headers: Mapping[str, str], now: float | None) -> list[ServiceQuota]:
     out = []
     for word, kind in (("requests", CALLS), ("tokens", UNITS)):
-        remaining = headers.get(f"x-ratelimit-remaining-{word}")
-        if remaining is not None:
-            out.append(
-                ServiceQuota(
-                    kind,
-                    remaining=_number(remaining),
-                    reset=_reset(headers.get(f"x-ratelimit-reset-{word}"), now),
-                    limit=_number(headers.get(f"x-ratelimit-limit-{word}")),
+        # (the header of what is left, of its reset, of its limit; how the reset is written)
+        forms = (
+            (
+                f"x-ratelimit-remaining-{word}",
+                f"x-ratelimit-reset-{word}",
+                f"x-ratelimit-limit-{word}",
+                _reset,
+            ),
+            (
+                f"anthropic-ratelimit-{word}-remaining",
+                f"anthropic-ratelimit-{word}-reset",
+                f"anthropic-ratelimit-{word}-limit",
+                _rfc3339,
+            ),
+        )
+        for remaining_header, reset_header, limit_header, reset_of in forms:
+            remaining = headers.get(remaining_header)
+            if remaining is not None:
+                out.append(
+                    ServiceQuota(
+                        kind,
+                        remaining=_number(remaining),
+                        reset=reset_of(headers.get(reset_header), now),
+                        limit=_number(headers.get(limit_header)),
+                    )
                 )
-            )
-        remaining = headers.get(f"anthropic-ratelimit-{word}-remaining")
-        if remaining is not None:
-            out.append(
-                ServiceQuota(
-                    kind,
-                    remaining=_number(remaining),
-                    reset=_rfc3339(headers.get(f"anthropic-ratelimit-{word}-reset"), now),
-                    limit=_number(headers.get(f"anthropic-ratelimit-{word}-limit")),
-                )
-            )
     return out
 
 
