@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,13 @@ from keyed_async_wait.app.embedded import redis_url_or_embedded
 from keyed_async_wait.app.service import ServiceState, run_service
 
 from .compat_report import Recorder, feature_of, recorder_from_env
+
+# The tests start many short-lived JVMs (a session per test process; jobs run, killed and run
+# again; the README's blocks), and on 2 cores starting one is most of what a small test costs:
+# the client compiler alone and the serial collector take a local session and its first job
+# from 27 s of CPU to 15 s here. What the tests check does not depend on the JIT; the
+# benchmarks keep the JVM's defaults.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 @dataclass
@@ -194,6 +194,28 @@ def accept_loss(spark: Any, location: str, yes: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # a usage error exits before a JVM starts
+    spark = _session()
+    try:
+        return _dispatch(spark, args)
+    finally:
+        spark.stop()
+
+
+def run(spark: Any, argv: list[str]) -> int:
+    """One command, as ``kaw-state ARGV`` runs it, on a session the caller owns."""
+    return _dispatch(spark, _parser().parse_args(argv))
+
+
+def _dispatch(spark: Any, args: argparse.Namespace) -> int:
+    if args.command == "verify":
+        return verify(spark, args.checkpoint)
+    if args.command == "rewind":
+        return rewind(spark, args.checkpoint, args.to, args.yes)
+    return accept_loss(spark, args.checkpoint, args.yes)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kaw-state", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -205,16 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--to", type=int, required=True, help="the last micro-batch to keep")
         if name != "verify":
             command.add_argument("--yes", action="store_true", help="do it (without: only say what it costs)")
-    args = parser.parse_args(argv)
-    spark = _session()
-    try:
-        if args.command == "verify":
-            return verify(spark, args.checkpoint)
-        if args.command == "rewind":
-            return rewind(spark, args.checkpoint, args.to, args.yes)
-        return accept_loss(spark, args.checkpoint, args.yes)
-    finally:
-        spark.stop()
+    return parser
 
 
 if __name__ == "__main__":

@@ -52,9 +52,10 @@ def test_batches_the_cache_retries_and_metrics(spark: Any, service: Any) -> None
     assert counts["lookups"] == state.requests  # every call of the service, counted
     assert state.faults == 2 and counts["retries"] >= 1
     assert all(key.startswith("batch:") for key, _, _, _ in state.calls)  # fetch_many: batches
-    # a key answered is not asked again: 40 users, each answered once per worker process at
-    # most (the failed calls' keys are asked again, as they must be)
-    assert counts["cache_hits"] > 0 and state.keys_answered <= 40 * 2
+    # a key answered is not asked again by the same Python worker: 40 users, each answered
+    # about once per worker (two cores, and Spark may start a third when one is busy); the
+    # failed calls' keys are asked again, as they must be. Without the cache: 400.
+    assert counts["cache_hits"] > 0 and state.keys_answered <= 40 * 3
 
 
 def test_limits_and_errors_that_name_the_record_and_the_call(spark: Any, service: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from keyed_async_wait import AsyncDataStream, ConfigError
+from keyed_async_wait.app import state_tool
 from keyed_async_wait.core.parking import DeferPolicy
 
 from ..processes import group, run_bounded
@@ -97,13 +98,22 @@ def _exactly_once_in_order(out: Path, rows: int, lost: set[int] = frozenset()) -
 
 
 def _tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """``kaw-state`` as a user runs it: a process (and a Spark session) of its own."""
     return run_bounded(
         [sys.executable, "-m", "keyed_async_wait.app.state_tool", *args], timeout=180, env=_env()
     )
 
 
+def _tool_here(spark: Any, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The same commands on the tests' session (a JVM start saved per call): (exit code, what
+    it printed)."""
+    capsys.readouterr()
+    code = state_tool.run(spark, list(args))
+    return code, capsys.readouterr().out
+
+
 def test_a_missing_part_file_is_named_before_anything_runs_and_rewind_recovers(
-    service: Any, tmp_path: Path
+    spark: Any, service: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, state = service
     state.latency, state.jitter = 0.05, 0.05
@@ -139,11 +149,10 @@ def test_a_missing_part_file_is_named_before_anything_runs_and_rewind_recovers(
     assert verify.returncode == 1 and f"version {last}: DAMAGED" in verify.stdout, (
         verify.stdout + verify.stderr
     )
-    dry = _tool("rewind", str(checkpoint), "--to", str(last - 1))
-    assert dry.returncode == 0, dry.stdout + dry.stderr[-2000:]
-    assert "nothing changed" in dry.stdout and "run again from the source" in dry.stdout
-    done = _tool("rewind", str(checkpoint), "--to", str(last - 1), "--yes")
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, dry = _tool_here(spark, capsys, "rewind", str(checkpoint), "--to", str(last - 1))
+    assert code == 0 and "nothing changed" in dry and "run again from the source" in dry, dry
+    code, done = _tool_here(spark, capsys, "rewind", str(checkpoint), "--to", str(last - 1), "--yes")
+    assert code == 0 and "done: start the query again" in done, done
 
     again = run_bounded([*args, "--partitions", "5"], timeout=300, env=_env())
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
@@ -219,7 +228,7 @@ def _failure(query: Any) -> str:
 
 
 def test_a_missing_version_is_an_error_not_a_fallback_and_accept_loss_says_what_it_costs(
-    spark: Any, service: Any, tmp_path: Path
+    spark: Any, service: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, state = service
     state.latency = 0.05
@@ -236,10 +245,10 @@ def test_a_missing_version_is_an_error_not_a_fallback_and_accept_loss_says_what_
     message = _failure(query)
     assert f"version {last} is missing (no manifest)" in message and f"micro-batch {last + 1}" in message
     assert len(sink.rows()) == delivered
-    dry = _tool("accept-loss", str(checkpoint))
-    assert "how many is unknown" in dry.stdout and "nothing changed" in dry.stdout, dry.stdout + dry.stderr
-    done = _tool("accept-loss", str(checkpoint), "--yes")
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, dry = _tool_here(spark, capsys, "accept-loss", str(checkpoint))
+    assert code == 0 and "how many is unknown" in dry and "nothing changed" in dry, dry
+    code, done = _tool_here(spark, capsys, "accept-loss", str(checkpoint), "--yes")
+    assert code == 0 and "done: start the query again" in done, done
     restarted, query = _restart(spark, url, tmp_path, sink)
     try:
         assert restarted.wait_until(lambda r: r[-1].parked == 0 and r[-1].rows_in == 0, 120)
