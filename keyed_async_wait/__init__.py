@@ -17,7 +17,7 @@ from .core.exceptions import (
     SnapshotError,
     SparkVersionError,
 )
-from .core.keys import WHOLE_RECORD
+from .core.keys import WHOLE_RECORD, key_group_for, key_group_range, subtask_for_key
 from .core.parking import DeferPolicy
 from .core.retry import RetryStrategy, lookup_miss
 from .core.snapshot import OperatorSnapshot
@@ -75,5 +75,8 @@ __all__ = [  # noqa: RUF022 - grouped: the lazy Spark names first
     "StepError",
     "StepStats",
     "Watermark",
+    "key_group_for",
+    "key_group_range",
     "lookup_miss",
+    "subtask_for_key",
 ]

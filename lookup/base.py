@@ -146,6 +146,11 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
         service and key template (subclasses add what selects the answer)."""
         return f"{type(self).__qualname__}|{self.service_name}|{self.key.text}"
 
+    def cache_credentials(self) -> str:
+        """What this lookup shows the service to be let in (tokens, passwords; "" without any):
+        only a digest of it reaches a shared cache, whose answers it keeps apart."""
+        return ""
+
     def describe_call(self, record: Any) -> str:
         """What this lookup asks for ``record``, for its errors."""
         key = self.request_key(record)

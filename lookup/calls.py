@@ -39,6 +39,9 @@ class LookupCalls:
     def cache_identity(self) -> str:
         raise NotImplementedError
 
+    def cache_credentials(self) -> str:
+        raise NotImplementedError
+
     def _units(self, records: Sequence[Any], keys: int) -> float | None:
         """The budget units a call for ``records`` costs (None without a budget)."""
         limits = self.limits
@@ -126,7 +129,10 @@ class LookupCalls:
             return None
         loop = asyncio.get_running_loop()
         if self._l2 is None or self._l2_loop is not loop:
-            self._l2, self._l2_loop = self.shared_cache.connect(self.cache_identity()), loop
+            self._l2, self._l2_loop = (
+                self.shared_cache.connect(self.cache_identity(), self.cache_credentials()),
+                loop,
+            )
         return self._l2
 
     # ------------------------------------------------------------------ limits

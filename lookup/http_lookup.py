@@ -218,15 +218,19 @@ class HttpLookup(LoopClient, Lookup):
         return f"HttpLookup({self.method} {self.url.text!r}{auth})"
 
     def cache_identity(self) -> str:
-        """The method, the URL templates and the credentials (a digest of them is all a shared
-        cache's keys show): two tenants' answers never meet."""
+        """The method and the URL templates (a digest of them is all a shared cache's keys show)."""
+        batch = getattr(self, "batch_url", None)
+        return f"{super().cache_identity()}|{self.method} {self.url.text}|{batch}"
+
+    def cache_credentials(self) -> str:
+        """The secret headers and parameters and the authorization: two tenants' answers never
+        meet in a shared cache."""
         secrets = [repr(v.reveal()) for v in self._secret_headers.values()]
         secrets += [repr(v.reveal()) for _, v in self._secret_params]
         auth = self._authorization
         if auth is not None:
             secrets.append(repr(auth.reveal() if hasattr(auth, "reveal") else auth))
-        batch = getattr(self, "batch_url", None)
-        return f"{super().cache_identity()}|{self.method} {self.url.text}|{batch}|{'|'.join(secrets)}"
+        return "|".join(secrets)
 
     @property
     def batching(self) -> bool:

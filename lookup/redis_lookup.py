@@ -117,6 +117,12 @@ class RedisLookup(LoopClient, Lookup):
         fields = ",".join(self.hash_fields)
         return f"{super().cache_identity()}|{self.connection.shown}|{self.command} {fields}|{self.decode}"
 
+    def cache_credentials(self) -> str:
+        """The URL's user and password, the password's variable and the client certificate: an
+        ACL user that sees other keys keeps its answers apart in a shared cache."""
+        c = self.connection
+        return f"{c.url}|{c.password_env}|{c.client_cert}"
+
     def _key_template(self) -> Template:
         return self.key
 

@@ -8,7 +8,10 @@ service said the key does not exist) is kept too unless ``cache_missing_key=Fals
 is never kept. Entries are the answers as the service decoded them, as JSON: an answer JSON
 cannot hold is not kept (counted). Keys are ``kaw:cache:<namespace>:<digest of the lookup key>``:
 the namespace is the lookup's identity (its class, service, key template and what selects the
-answer) unless ``name=`` gives one; a lookup key's text never shows in Redis.
+answer) unless ``name=`` gives one, followed by a digest of the lookup's credentials (its
+bearer token, secret headers and parameters, its Redis user and password) whatever the name,
+so two tenants' answers never meet unless ``share_across_credentials=True`` says they may; a
+lookup key's text never shows in Redis.
 
 When Redis cannot be reached the lookup asks the service (a cache is never needed for a right
 answer), counts it, and logs it once per process.
@@ -47,13 +50,18 @@ class SharedCache:
         Keep misses too (Flink's default, True).
     name : str, optional
         The namespace of its keys; by default the lookup's identity. Give one to share a cache
-        between lookups of one service, or to start afresh (a new name).
+        between lookups of one service, or to start afresh (a new name). Lookups with other
+        credentials still keep their answers apart.
+    share_across_credentials : bool
+        Let lookups whose credentials differ share answers (default False: each credential has
+        answers of its own). Say so only when every credential sees the same answers.
     """
 
     connection: RedisConnection = field(repr=False)
     expire_after_write: float
     cache_missing_key: bool
     name: str | None
+    share_across_credentials: bool
 
     def __init__(
         self,
@@ -62,6 +70,7 @@ class SharedCache:
         expire_after_write: float,
         cache_missing_key: bool = True,
         name: str | None = None,
+        share_across_credentials: bool = False,
         **options: Any,
     ) -> None:
         ttl = expire_after_write
@@ -72,17 +81,34 @@ class SharedCache:
         object.__setattr__(self, "connection", RedisConnection.of(redis, **options))
         object.__setattr__(self, "expire_after_write", float(ttl))
         object.__setattr__(self, "cache_missing_key", bool(cache_missing_key))
+        if not isinstance(share_across_credentials, bool):
+            raise ConfigError("share_across_credentials", share_across_credentials, "True or False")
         object.__setattr__(self, "name", name)
+        object.__setattr__(self, "share_across_credentials", share_across_credentials)
 
     def __repr__(self) -> str:
         return (
             f"SharedCache(url={self.connection.shown!r}, expire_after_write={self.expire_after_write}"
-            f"{f', name={self.name!r}' if self.name else ''})"
+            f"{f', name={self.name!r}' if self.name else ''}"
+            f"{', share_across_credentials=True' if self.share_across_credentials else ''})"
         )
 
-    def connect(self, identity: str) -> SharedCacheClient:
-        """The asyncio side for the lookup of ``identity``, made in the event loop that uses it."""
-        return SharedCacheClient(self, identity)
+    def namespace(self, identity: str, credentials: str = "") -> str:
+        """The namespace of a lookup's keys: the name (else a digest of ``identity``), then a
+        digest of ``credentials`` unless they may be shared (only digests reach Redis)."""
+        namespace = self.name or _digest(identity, 10)
+        if credentials and not self.share_across_credentials:
+            namespace += "~" + _digest(credentials, 10)
+        return namespace
+
+    def connect(self, identity: str, credentials: str = "") -> SharedCacheClient:
+        """The asyncio side for the lookup of ``identity`` with ``credentials`` (see
+        :meth:`namespace`), made in the event loop that uses it."""
+        return SharedCacheClient(self, self.namespace(identity, credentials))
+
+
+def _digest(text: str, size: int) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=size).hexdigest()
 
 
 @dataclass
@@ -96,9 +122,8 @@ class SharedCacheStats:
 class SharedCacheClient:
     """One lookup's shared cache in one event loop: :meth:`get_many` and :meth:`put_many`."""
 
-    def __init__(self, cache: SharedCache, identity: str) -> None:
+    def __init__(self, cache: SharedCache, namespace: str) -> None:
         self.cache = cache
-        namespace = cache.name or hashlib.blake2b(identity.encode(), digest_size=10).hexdigest()
         self.prefix = f"kaw:cache:{namespace}:"
         self.stats = SharedCacheStats()
         self._client: RedisClient = cache.connection.connect()

@@ -26,6 +26,7 @@ __all__ = [
     "key_group_range",
     "make_key_selector",
     "stable_hash",
+    "subtask_for_key",
     "subtask_for_key_group",
 ]
 
@@ -276,6 +277,15 @@ def subtask_for_key_group(
 ) -> int:
     """The subtask that owns a key group (the inverse of :func:`key_group_range`)."""
     return key_group * parallelism // max_parallelism
+
+
+def subtask_for_key(key: Any, parallelism: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> int:
+    """The subtask (0 to ``parallelism - 1``) that owns ``key`` when an operator's snapshot is
+    restored into ``parallelism`` subtasks: route a key's new input there, after its restored
+    records. ``key`` is what the operator's key selects from a record (a field's value, a tuple
+    of values for several fields); :meth:`KeyedAsyncWaitOperator.subtask_for` takes the record."""
+    _check_parallelism(0, parallelism, max_parallelism)
+    return subtask_for_key_group(key_group_for(key, max_parallelism), parallelism, max_parallelism)
 
 
 def field_names(key: Any) -> Sequence[str] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..core.elements import OutputMode, Watermark
 from ..core.entry import Entry
 from ..core.exceptions import ConfigError, SnapshotError
+from ..core.keys import freeze, subtask_for_key
 from ..core.parking import ParkedItem
 from ..core.snapshot import OperatorSnapshot, SnapshotRecord, snapshot_of
 from ..core.spec import WaitSpec
@@ -82,6 +83,15 @@ class OperatorState:
                 f"{self.spec.max_parallelism}: key groups would move; use the same max_parallelism"
             )
         self._replay = snapshot.replay_for(subtask_index, parallelism)
+
+    def subtask_for(self, record: object, parallelism: int) -> int:
+        """The subtask (0 to ``parallelism - 1``) that owns ``record``'s key once a snapshot is
+        restored into ``parallelism`` subtasks (``restore(snapshot, index, parallelism)``): route
+        new input there, so each key lives in one subtask and keeps its order. Without a
+        ``key`` the whole record is the key, as in snapshots."""
+        selector = self.spec.selector
+        key = selector(record) if selector is not None else freeze(record)
+        return subtask_for_key(key, parallelism, self.spec.max_parallelism)
 
     # ------------------------------------------------------------------ statistics
 

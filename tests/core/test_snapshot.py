@@ -16,13 +16,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from keyed_async_wait import (
+    ConfigError,
     KeyedAsyncWaitOperator,
     OperatorSnapshot,
     OutputMode,
     SnapshotError,
     Watermark,
+    key_group_for,
+    key_group_range,
+    subtask_for_key,
 )
-from keyed_async_wait.core.keys import key_group_for, key_group_range, stable_hash, subtask_for_key_group
+from keyed_async_wait.core.keys import stable_hash, subtask_for_key_group
 
 from .helpers import TurnsAction, collect, run, until
 
@@ -198,3 +202,67 @@ def test_a_finished_record_not_yet_handed_out_is_not_invoked_again_after_a_resto
     out = run(collect(op, []))
     assert out == [{"id": 0, "v": 0}, {"id": 1, "v": 10}]
     assert calls == [0, 1, 0]  # 0 ran again (it had not finished); 1 did not
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 40),
+    keys=st.integers(1, 9),
+    cut=st.integers(0, 20),
+    parallelism=st.integers(1, 5),
+    composite=st.booleans(),
+)
+def test_new_input_routed_with_the_public_routing_meets_its_restored_records(
+    n: int, keys: int, cut: int, parallelism: int, composite: bool
+) -> None:
+    """A user of the core restores a snapshot into ``parallelism`` subtasks and routes the rest
+    of the input with :meth:`KeyedAsyncWaitOperator.subtask_for` (or ``subtask_for_key``): every
+    key lives in one subtask, per key order holds, nothing is lost or repeated."""
+    key: Any = ["k", "j"] if composite else "k"
+    records = [{"id": i, "k": f"key{i % keys}", "j": i % 2, "lat": (i * 7) % 4} for i in range(n)]
+    source = iter(records)
+
+    async def first_run() -> tuple[list[Any], OperatorSnapshot]:
+        op = KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key=key, capacity=3)
+        taken: list[Any] = []
+        async with aclosing(op.process(source)) as outputs:
+            if cut:
+                async for x in outputs:
+                    taken.append(x)
+                    if len(taken) >= cut:
+                        break
+            return taken, op.snapshot()
+
+    before, snap = run(first_run())
+    rest = list(source)  # what the first run had not read
+    ops = [KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key=key) for _ in range(parallelism)]
+    routed: list[list[Any]] = [[] for _ in range(parallelism)]
+    for record in rest:
+        index = ops[0].subtask_for(record, parallelism)
+        wanted = (record["k"], record["j"]) if composite else record["k"]
+        assert index == subtask_for_key(wanted, parallelism)
+        routed[index].append(record)
+    after = []
+    for index, op in enumerate(ops):
+        op.restore(snap, index, parallelism)
+        after.append(run(collect(op, routed[index])))
+    assert sorted(x["id"] for x in before + [x for out in after for x in out]) == list(range(n))
+    def key_of(x: dict[str, Any]) -> Any:
+        return (x["k"], x["id"] % 2) if composite else x["k"]
+
+    owner: dict[Any, int] = {}
+    for index, out in enumerate(after):
+        for x in out:
+            assert owner.setdefault(key_of(x), index) == index  # a key lives in one subtask
+    for k in {key_of(r) for r in records}:  # per key, arrival order
+        ids = [x["id"] for x in before if key_of(x) == k]
+        ids += [x["id"] for out in after for x in out if key_of(x) == k]
+        assert ids == sorted(ids)
+
+
+def test_the_public_routing_checks_its_parallelism() -> None:
+    with pytest.raises(ConfigError, match="parallelism"):
+        subtask_for_key("a", 0)
+    with pytest.raises(ConfigError, match="parallelism"):
+        subtask_for_key("a", 129)
+    assert key_group_for("a") in key_group_range(subtask_for_key("a", 3), 3)

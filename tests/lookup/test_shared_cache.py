@@ -78,6 +78,54 @@ def test_answers_of_different_lookups_and_credentials_never_meet(service: Any, r
     assert other.cache_identity() != users(url, shared).cache_identity()
 
 
+@pytest.mark.parametrize("credential", ["bearer", "header"])
+def test_a_named_cache_keeps_tenants_apart_unless_told_to_share(
+    service: Any, redis_url: str, credential: str
+) -> None:
+    url, state = service
+    state.users = 1_000
+    name = f"users-{uuid.uuid4().hex[:8]}"
+
+    def tenant(token: str, share: bool = False) -> HttpLookup:
+        shared = SharedCache(redis_url, expire_after_write=60, name=name, share_across_credentials=share)
+        if credential == "bearer":
+            return users(url, shared, bearer_token=Secret(token))
+        return users(url, shared, headers={"X-Api-Key": Secret(token)})
+
+    run(through(tenant("tenant-a"), rows(range(30))))
+    second = tenant("tenant-b")
+    run(through(second, rows(range(30))))
+    assert state.keys_asked == 60 and second.stats.shared_cache_hits == 0  # the name alone shares nothing
+    again = tenant("tenant-a")
+    run(through(again, rows(range(30))))
+    assert state.keys_asked == 60 and again.stats.shared_cache_hits == 30  # its own answers, kept
+    opened = tenant("tenant-c", share=True)
+    run(through(opened, rows(range(30))))
+    sharing = tenant("tenant-d", share=True)
+    run(through(sharing, rows(range(30))))
+    assert state.keys_asked == 90 and sharing.stats.shared_cache_hits == 30  # said so: shared
+    client = redis.Redis.from_url(redis_url)
+    try:
+        names = [n.decode() for n in client.scan_iter(f"kaw:cache:{name}*")]
+        assert len(names) == 90 and not any("tenant" in n for n in names)  # 3 namespaces, digests only
+    finally:
+        client.close()
+    assert "share_across_credentials=True" in repr(
+        SharedCache(redis_url, expire_after_write=1, share_across_credentials=True)
+    )
+    with pytest.raises(ConfigError, match="share_across_credentials"):
+        SharedCache(redis_url, expire_after_write=1, share_across_credentials="yes")  # type: ignore[arg-type]
+
+
+def test_redis_lookups_of_other_users_keep_their_answers_apart(redis_url: str) -> None:
+    shared = SharedCache(redis_url, expire_after_write=60, name="profiles")
+    base = redis_url.replace("redis://", "")
+    one = RedisLookup(f"redis://alice:a-secret@{base}", "profile:{user_id}", shared_cache=shared)
+    two = RedisLookup(f"redis://bob:b-secret@{base}", "profile:{user_id}", shared_cache=shared)
+    spaces = {shared.namespace(f.cache_identity(), f.cache_credentials()) for f in (one, two)}
+    assert len(spaces) == 2 and all(s.startswith("profiles~") and "secret" not in s for s in spaces)
+
+
 def test_a_cache_that_cannot_be_reached_only_costs_calls(service: Any, caplog: Any) -> None:
     url, state = service
     shared = SharedCache("redis://:hunter2@127.0.0.1:1/0", expire_after_write=60, socket_timeout=0.5)
