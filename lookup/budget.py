@@ -6,7 +6,8 @@ names the same budget.
 given; :class:`BudgetClient` is made from it inside the event loop that uses it. A call takes
 a *lease* before it starts (:meth:`BudgetClient.acquire`) and gives it back with what the
 answer said when it ends (:meth:`BudgetClient.release`): the outcome (for the adaptive limit),
-the cost units it really used (settled against the estimate it was charged), a
+the cost units it really used (settled against what it was charged: the estimate scaled by
+what calls have been using of their estimates, learned job-wide), a
 ``Retry-After``, and the quota the service stated in its headers (:mod:`lookup.quota_headers`),
 which the whole job then follows. The scripts (:mod:`lookup.budget_scripts`) decide atomically
 on Redis's clock.
@@ -248,6 +249,7 @@ class BudgetClient:
         self._scripts: dict[str, Any] = {}
         self._turn = asyncio.Lock()  # one acquisition asks Redis at a time: first come, first served
         self._held: set[str] = set()
+        self._charged: dict[str, tuple[float, float]] = {}  # lease -> (estimate, units charged)
         self._renewer: asyncio.Task[None] | None = None
 
     async def acquire(self, units: float, *, lookup_key: Any, service: str) -> str:
@@ -263,7 +265,7 @@ class BudgetClient:
         async with self._turn:
             poll = _POLL_FIRST
             while True:
-                granted, wait, why = await self._run("acquire", args, lookup_key, service)
+                granted, wait, why, *charged = await self._run("acquire", args, lookup_key, service)
                 if int(granted) == 0:
                     if float(wait) > 0:  # granted, for a start that long from now: the rate's pace
                         started = loop.time()
@@ -280,7 +282,9 @@ class BudgetClient:
                 await asyncio.sleep(seconds)
                 self.stats.wait_s += loop.time() - started
         self.stats.followed = _text(why)
-        self.stats.units += units
+        charge = float(charged[0]) if charged else units
+        self.stats.units += charge
+        self._charged[lease] = (units, charge)
         self._held.add(lease)
         if self._renewer is None:
             self._renewer = loop.create_task(self._renew())
@@ -292,14 +296,17 @@ class BudgetClient:
         *,
         outcome: str,
         latency: float,
-        settle: float = 0.0,
+        used: float | None = None,
         retry_after: float = 0.0,
         quotas: Mapping[str, ServiceQuota] | None = None,
         lookup_key: Any = None,
         service: str = "service",
     ) -> None:
-        """Give ``lease`` back with what the call's answer said."""
+        """Give ``lease`` back with what the call's answer said (``used``: the units it used,
+        settled against what it was charged; None: the answer did not say)."""
         self._held.discard(lease)
+        estimate, charged = self._charged.pop(lease, (0.0, 0.0))
+        settle = 0.0 if used is None else used - charged
         budget = self.budget
         said: list[Any] = []
         for kind in (CALLS, UNITS):
@@ -308,6 +315,7 @@ class BudgetClient:
         args = [
             budget.group, lease, settle, outcome, latency, "1" if budget.adaptive else "0",
             budget.max_concurrency, retry_after if budget.follow_headers else 0, *said,
+            estimate, "" if used is None else used,
         ]  # fmt: skip
         self.stats.units += settle
         await self._run("release", args, lookup_key, service)

@@ -9,12 +9,16 @@ expiry), ``G`` the groups sharing it (a sorted set: group -> activity expiry). S
 ``gl:<g>`` its share of the calls bucket; ``paused`` (a ``Retry-After``); ``s_remaining``/
 ``s_reset``/``s_rate``/``s_rate_until`` and ``u_remaining``/``u_reset``/``u_rate``/
 ``u_rate_until`` what the service said of its calls and units; ``aimd``, ``base``, ``cut``,
-``slow`` the adaptive limit.
+``slow`` the adaptive limit; ``uc`` units given back (a credit the cap does not cut) and
+``uratio`` what calls used over what they were estimated to cost (learned from settlements).
 
 Invariants: leases held never exceed the concurrency limit in force when each was taken; a
 lease whose holder stopped renewing it (a killed task) is gone ``lease`` seconds after its last
 renewal, and its place with it; calls started over any ``T`` seconds stay within ``burst +
-rate * T`` (the rate less the headroom); a group's leases count stays the number of its live
+rate * T`` (the rate less the headroom); cost units used over any ``T`` stay within
+``units_burst + units_rate * T`` plus what was charged and not yet settled, and a unit
+given back is never lost to the bucket's cap (it is a credit the next charges spend first);
+a group's leases count stays the number of its live
 leases (each lease id carries its group).
 """
 
@@ -115,17 +119,25 @@ if r > 0 then
     wait = math.max(wait, take('gt:' .. group, 'gl:' .. group, r * share, math.max(1, rb * share), 1))
   end
 end
+-- charge what calls have been using of their estimates (settled again when each ends)
+local charge = cost * num('uratio', 1)
 local ur = rate_of('u_rate', 'u_rate_until', urate)
-if ur > 0 then wait = math.max(wait, take('ut', 'ul', ur, uburst > 0 and uburst or 1, cost)) end
+if ur > 0 then
+  local credit = num('uc', 0)
+  local spent = math.min(credit, charge)
+  if spent > 0 then redis.call('HSET', S, 'uc', credit - spent) end
+  wait = math.max(wait, take('ut', 'ul', ur, uburst > 0 and uburst or 1, charge - spent))
+end
 if sreset > now and sremain >= 0 then redis.call('HSET', S, 's_remaining', sremain - 1) end
-if ureset > now and uremain >= 0 then redis.call('HSET', S, 'u_remaining', uremain - cost) end
+if ureset > now and uremain >= 0 then redis.call('HSET', S, 'u_remaining', uremain - charge) end
 redis.call('ZADD', L, now + wait + lease_s, lease)
 redis.call('HINCRBY', S, 'n:' .. group, 1)
 -- a group wants while it is refused or queued (for a second after: its next ask comes soon)
 if wait > 0 then redis.call('HSET', S, 'want:' .. group, now) end
 local said = ''
 if num('s_rate_until', 0) > now then said = ' (the service: ' .. num('s_rate', 0) .. ' calls/s)' end
-return {0, tostring(wait), 'in flight ' .. (limit > 0 and (limit .. ' ' .. source) or 'unlimited') .. said}
+return {0, tostring(wait), 'in flight ' .. (limit > 0 and (limit .. ' ' .. source) or 'unlimited') .. said,
+        tostring(charge)}
 """
 )
 
@@ -138,7 +150,15 @@ local adaptive, ceiling, retry_after = ARGV[6] == '1', tonumber(ARGV[7]), tonumb
 if redis.call('ZREM', L, lease) == 1 then redis.call('HINCRBY', S, 'n:' .. group, -1) end
 expire_dead()
 keep()
-if settle ~= 0 then redis.call('HSET', S, 'ut', num('ut', 0) - settle) end
+-- over-charged units come back as a credit (the bucket's cap would cut them), under-charged
+-- ones are a debt of the bucket; the ratio used / estimated steers the next charges
+if settle < 0 then redis.call('HSET', S, 'uc', num('uc', 0) - settle) end
+if settle > 0 then redis.call('HSET', S, 'ut', num('ut', 0) - settle) end
+local estimate, used = tonumber(ARGV[17] or ''), tonumber(ARGV[18] or '')
+if estimate and used and estimate > 0 then
+  local ratio = 0.7 * num('uratio', 1) + 0.3 * used / estimate
+  redis.call('HSET', S, 'uratio', math.min(10, math.max(0.01, ratio)))
+end
 if retry_after > 0 then redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + retry_after)) end
 local function said(prefix, at)
   local remaining, reset, limit, window = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]

@@ -297,7 +297,7 @@ class Gate:
             ticket.lease,
             outcome="overload" if overload else "ok" if exc is None else "other",
             latency=asyncio.get_running_loop().time() - ticket.started,
-            settle=0.0 if used is None else used - ticket.units,
+            used=used,
             retry_after=float(getattr(exc, "retry_after", 0) or 0),
             quotas=quotas,
             lookup_key=lookup_key,
