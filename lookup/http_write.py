@@ -6,7 +6,14 @@ record's ``fields``):
 
 - ``X-Record-Version``: the record's version as a string whose byte order is the column's
   order (:mod:`.versions`: ``[0-9a-z]`` only);
-- ``Idempotency-Key``: ``<resource>@<version>``, the same for every re-run of that write.
+- ``Idempotency-Key``: ``<resource>@<version>``, the same for every re-run of that write;
+- ``X-Record-Resource``: the resource, when ``resource=`` names it (a write to a collection
+  URL, ``POST /events``, whose URL is the same for every record).
+
+The resource is the rendered URL, or ``resource=`` (a template over the record's fields) for a
+URL that names no field. A fenced write to a URL that names no field, without ``resource=``,
+is refused when made: every record would be versioned as one resource. An unfenced write
+(``at_least_once=True``, no version) may post every record to one URL.
 
 What the service must do for the effect to be once per resource and version: keep, per
 resource, the version of the last write it applied; apply a write only when its
@@ -31,9 +38,10 @@ from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .template import Template
 from .writes import Write, to_json
 
-__all__ = ["VERSION_HEADER", "HttpWrite"]
+__all__ = ["RESOURCE_HEADER", "VERSION_HEADER", "HttpWrite"]
 
 VERSION_HEADER = "X-Record-Version"
+RESOURCE_HEADER = "X-Record-Resource"
 METHODS = ("PUT", "PATCH", "POST", "DELETE")
 
 
@@ -44,7 +52,13 @@ class HttpWrite(Write):
     ----------
     url : str
         A template over the record's fields (``https://crm/contacts/{contact_id}``; values are
-        URL-quoted); the resource a write's version is kept for.
+        URL-quoted); the resource a write's version is kept for. A URL naming no field (a
+        collection, ``https://api/events``) takes unfenced writes, or fenced ones with
+        ``resource=``.
+    resource : str, optional
+        A template over the record's fields naming the resource a fenced write's version is
+        kept for, when the URL does not (``"{event_id}"``); sent as ``X-Record-Resource`` and in
+        the ``Idempotency-Key``.
     method : {"PUT", "PATCH", "POST", "DELETE"}
         The method of an upsert (``DELETE`` always deletes).
     fields : list of str, optional
@@ -90,6 +104,7 @@ class HttpWrite(Write):
         version: str | None = None,
         deleted: str | None = None,
         at_least_once: bool = False,
+        resource: str | None = None,
         result: str = "applied",
         coalesce: bool = False,
         outcome: str = "outcome",
@@ -115,7 +130,8 @@ class HttpWrite(Write):
             raise LookupOptionError("url", "credentials in the URL: give bearer_token= or headers= instead")
         if not request_timeout > 0:
             raise LookupOptionError("request_timeout", f"request_timeout={request_timeout!r}; allowed: > 0")
-        self.url = Template(url, url_quote=True).with_fields("url")
+        self.url = Template(url, url_quote=True)
+        self.resource = _resource(self.url, resource, version)
         self.method, self.deleted = method, deleted
         self.stale_statuses = tuple(stale_statuses)
         self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
@@ -130,7 +146,8 @@ class HttpWrite(Write):
         if secret is not None:
             texts.append(secret.reveal())
         self._redactor = Redactor(texts)
-        inputs = (*self.url.fields, *self.fields, *((deleted,) if deleted else ()))
+        named = self.resource.fields if self.resource is not None else ()
+        inputs = (*self.url.fields, *named, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
             version=version,
             at_least_once=at_least_once,
@@ -141,13 +158,20 @@ class HttpWrite(Write):
         )
 
     def __repr__(self) -> str:
-        return f"HttpWrite({self.method} {self.url.text!r}, version={self.version!r})"
+        named = f", resource={self.resource.text!r}" if self.resource is not None else ""
+        return f"HttpWrite({self.method} {self.url.text!r}{named}, version={self.version!r})"
 
     def target(self, record: Any) -> Hashable:
+        """The resource a write is for: the rendered URL, or ``resource=``'s rendering."""
+        if self.resource is not None:
+            return self.resource.render(record)
         return self.url.render(record)
 
     def describe_call(self, record: Any) -> str:
-        return self._redactor.redact(f"{self._method_of(record)} {redact_url(self.url.render(record))}")
+        call = f"{self._method_of(record)} {redact_url(self.url.render(record))}"
+        if self.resource is not None:
+            call += f" (resource {self.resource.render(record)!r})"
+        return self._redactor.redact(call)
 
     def _make_client(self) -> Transport:
         return make_transport(
@@ -169,11 +193,13 @@ class HttpWrite(Write):
         if version is not None:
             headers[VERSION_HEADER] = version
             headers["Idempotency-Key"] = f"{target}@{version}"
+        if self.resource is not None:
+            headers[RESOURCE_HEADER] = str(target)
         data = None
         if method != "DELETE":
             data = to_json({name: record.get(name) for name in self.fields})
             headers["Content-Type"] = "application/json"
-        url = str(target)
+        url = self.url.render(record) if self.resource is not None else str(target)
         answer = await send(
             self.client(),
             method,
@@ -216,6 +242,22 @@ class HttpWrite(Write):
         raise BadResponseError(
             "write rejected", lookup_key=where, service="http", status=status, action="write"
         )
+
+
+def _resource(url: Template, resource: str | None, version: str | None) -> Template | None:
+    """``resource=`` as a template; a fenced write needs the URL or it to name a field."""
+    if resource is not None:
+        if not isinstance(resource, str):
+            raise LookupOptionError("resource", f"resource={resource!r}; allowed: a template like '{{id}}'")
+        return Template(resource).with_fields("resource")
+    if version is not None and not url.fields:
+        raise LookupOptionError(
+            "url",
+            f"url={redact_url(url.text)!r} names no field, so a fenced write would keep one version "
+            "for every record; name the record's resource with resource='{id}' (the collection "
+            "URL stays as it is), or write unfenced with at_least_once=True and no version",
+        )
+    return None
 
 
 def _seconds(value: str | None) -> float | None:

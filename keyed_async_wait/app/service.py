@@ -4,8 +4,8 @@ the demo and the benchmarks call.
 ``GET /users/{id}`` answers a profile (404 for an unknown id), ``POST /users/batch`` answers
 many (a JSON list of ids in, an object from id to profile out). ``PUT``/``PATCH``/``POST``/
 ``DELETE /records/{key}`` is a store that fences writes by ``X-Record-Version`` as
-:mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds).
-Latency, a log of every call (key, start, end) and faults (a status for the next N calls with
+:mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds);
+``POST /records`` is its collection (fenced per ``X-Record-Resource``). Latency, a log of every call (key, start, end) and faults (a status for the next N calls with
 Retry-After, malformed JSON, answers slower than a client's timeout) are set on
 :class:`ServiceState`.
 """
@@ -113,10 +113,14 @@ def _units(query: dict[str, str] | None) -> float:
 
 def _versioned_store(state: ServiceState, answer: Any) -> Any:
     """``/records/{key}``: a store that fences writes by ``X-Record-Version`` (byte order), as
-    :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds."""
+    :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds.
+    ``POST /records``: the collection, fenced per ``X-Record-Resource``."""
 
     async def record(request: web.Request) -> web.Response:
-        key, version = request.match_info["key"], request.headers.get("X-Record-Version", "")
+        # POST /records (a collection): the resource a header names, else each post its own
+        key = request.match_info.get("key") or request.headers.get("X-Record-Resource")
+        key = key or f"post-{len(state.write_log)}"
+        version = request.headers.get("X-Record-Version", "")
         body = None if request.method == "DELETE" else await request.json()
         fault = await answer(key, {}, dict(request.query))  # latency, faults and the call log
         if fault.status != 200:
@@ -248,6 +252,7 @@ def _app(state: ServiceState) -> web.Application:
             web.get("/stats", stats),
             web.post("/outage", outage),
             web.route("*", "/records/{key}", record),
+            web.post("/records", record),
         ]
     )
     return app

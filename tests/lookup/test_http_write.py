@@ -85,6 +85,36 @@ def test_options_are_checked_when_the_write_is_made() -> None:
         HttpWrite("http://x/{id}", version="v")
 
 
+def test_records_are_posted_to_a_collection_url_unfenced_or_fenced_by_a_named_resource(
+    service: Any,
+) -> None:
+    url, state = service
+    events = [{"id": i % 3, "v": v, "name": f"e{v}"} for v, i in enumerate([0, 1, 2, 0, 1, 0])]
+    unfenced = HttpWrite(url + "/records", method="POST", fields=["id", "name"], at_least_once=True)
+    assert [res[0]["applied"] for _, res in run(write_all(unfenced, events))] == [True] * 6
+    assert len(state.records) == 6 and all(k.startswith("post-") for k in state.records)  # each its own
+    state.records.clear()
+    fenced = HttpWrite(url + "/records", method="POST", fields=["name"], version="v", resource="ev-{id}")
+    older = [{**e, "v": 0} for e in events[:3]]  # a re-run of older versions: refused as stale
+    pairs = run(write_all(fenced, [*events, *older]))
+    applied = sorted((r["name"], r["v"], res[0]["applied"]) for r, res in pairs)
+    assert [a for _, v, a in applied if v == 0].count(True) == 1  # e0 once; its re-runs refused
+    assert sum(a for _, _, a in applied) == 6 and len(applied) == 9
+    assert {k: body["name"] for k, (_, body) in state.records.items()} == {
+        "ev-0": "e5",
+        "ev-1": "e4",
+        "ev-2": "e2",
+    }
+    assert "resource='ev-{id}'" in repr(fenced)
+
+
+def test_a_fenced_write_to_a_collection_needs_its_resource_named() -> None:
+    with pytest.raises(LookupOptionError, match=r"names no field.*resource='\{id\}'.*at_least_once=True"):
+        HttpWrite("http://x/events", method="POST", fields=["a"], version="v")
+    with pytest.raises(LookupOptionError, match="resource="):
+        HttpWrite("http://x/events", method="POST", fields=["a"], version="v", resource="fixed")
+
+
 def test_racing_writes_of_a_key_never_take_the_service_back_in_time(service: Any) -> None:
     url, state = service
     state.jitter = 0.01
