@@ -30,6 +30,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .exceptions import LookupOptionError
+from .redis_errors import said
 from .redis_packing import hiredis_packing
 from .secrets import redact_url
 
@@ -260,7 +261,7 @@ class RedisConnection:
 
     async def open(self) -> tuple[Any, bool]:
         """A client of the running loop, and whether it is a cluster's (asked of the node when
-        ``cluster`` is None: ``INFO cluster``)."""
+        ``cluster`` is None: :func:`_is_cluster`)."""
         if self.sentinel:
             return self._sentinel_client(), False
         if self.cluster:
@@ -269,7 +270,10 @@ class RedisConnection:
         if self.cluster is False or self.url.lower().startswith("unix://"):
             return client, False
         try:
-            enabled = int((await client.info("cluster")).get("cluster_enabled", 0))
+            try:
+                enabled = _mode_is_cluster(await client.execute_command("HELLO"))
+            except redis.exceptions.ResponseError as refused:  # Redis < 6, or HELLO not allowed
+                enabled = _info_is_cluster(await _info_or_refused(client.info("cluster"), refused, self))
         except BaseException:
             await client.aclose()
             raise
@@ -289,7 +293,15 @@ class RedisConnection:
                 options.pop("db", None)
                 return redis.RedisCluster.from_url(self.url, **options)
             client = redis.Redis.from_url(self.url, **options)
-            if int(client.info("cluster").get("cluster_enabled", 0)):
+            try:
+                enabled = _mode_is_cluster(client.execute_command("HELLO"))
+            except redis.exceptions.ResponseError as refused:
+                try:
+                    enabled = _info_is_cluster(client.info("cluster"))
+                except redis.exceptions.ResponseError:
+                    client.close()
+                    raise _no_discovery(refused, self) from None
+            if enabled:
                 client.close()
                 options.pop("db", None)
                 return redis.RedisCluster.from_url(self.url, **options)
@@ -378,6 +390,38 @@ class _Held:
     async def __aexit__(self, *exc: object) -> None:
         if self._gate is not None:
             self._gate.release()
+
+
+def _mode_is_cluster(reply: Any) -> bool:
+    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) says ``mode: cluster``
+    (asked without a protocol version, so the connection's own protocol is kept).
+    Redis lets every user that may log in run HELLO (as AUTH: no ACL rule refuses it), so a
+    least-privilege user (``+get +mget +@connection``) learns the topology without ``INFO``;
+    only a Redis before 6 (no HELLO) or one with HELLO renamed away is asked ``INFO``."""
+    fields = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+    mode = fields.get(b"mode", fields.get("mode"))
+    return mode in (b"cluster", "cluster")
+
+
+def _info_is_cluster(info: Any) -> bool:
+    return bool(int(info.get("cluster_enabled", 0)))
+
+
+async def _info_or_refused(asked: Any, refused: BaseException, connection: RedisConnection) -> Any:
+    """``INFO cluster``'s answer; when the user may run neither it nor HELLO, an error naming
+    the permissions and the option that avoids asking."""
+    try:
+        return await asked
+    except redis.exceptions.ResponseError:  # not allowed, or renamed away as HELLO was
+        raise _no_discovery(refused, connection) from None
+
+
+def _no_discovery(refused: BaseException, connection: RedisConnection) -> BaseException:
+    return redis.exceptions.NoPermissionError(
+        f"the Redis user may run neither HELLO nor INFO, so whether {connection.shown} is a "
+        f"Redis Cluster cannot be asked ({said(refused)}); allow +info (or HELLO, Redis 6 and later), "
+        "or say it with cluster=True or cluster=False"
+    )
 
 
 async def _initialized(client: Any) -> Any:

@@ -19,6 +19,7 @@ any other error answer                       BadResponseError                   
 
 from __future__ import annotations
 
+import re
 import ssl
 from typing import Any
 
@@ -40,9 +41,18 @@ __all__ = ["converted", "converted_errors", "gate_error", "response_error"]
 _TRANSIENT = ("READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
 
 
+_ECHOED = re.compile(r",? with args beginning with:.*", re.S)
+
+
+def said(exc: BaseException) -> str:
+    """What Redis (or redis-py) said, without the arguments an unknown command's answer echoes
+    (``HELLO 3 AUTH user password`` on a server without HELLO would show the password)."""
+    return _ECHOED.sub(" (its arguments not shown)", str(exc))
+
+
 def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "lookup") -> LookupServiceError:
     """One error answer of Redis (of a pipeline, a script) as a lookup error."""
-    message = str(exc)
+    message = said(exc)
     if message.startswith("WRONGTYPE"):
         return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis", action=action)
     if isinstance(exc, redis_errors.NoPermissionError) or message.startswith("NOPERM"):
@@ -84,11 +94,11 @@ def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupSer
         return exc
     if isinstance(exc, redis_errors.TimeoutError):
         return LookupTimeoutError(
-            f"Redis did not answer: {exc}", lookup_key=key, service="redis", action=action
+            f"Redis did not answer: {said(exc)}", lookup_key=key, service="redis", action=action
         )
     if isinstance(exc, redis_errors.AuthenticationError):
         return AccessDeniedError(
-            f"Redis refused the credentials ({type(exc).__name__}: {exc}); check the user and the "
+            f"Redis refused the credentials ({type(exc).__name__}: {said(exc)}); check the user and the "
             "password (the URL's, or password_env's)",
             lookup_key=key,
             service="redis",
@@ -104,7 +114,10 @@ def converted(exc: BaseException, key: Any, action: str = "lookup") -> LookupSer
         )
     if isinstance(exc, (redis_errors.ConnectionError, OSError)):
         return ServiceUnavailableError(
-            f"Redis unavailable: {type(exc).__name__}: {exc}", lookup_key=key, service="redis", action=action
+            f"Redis unavailable: {type(exc).__name__}: {said(exc)}",
+            lookup_key=key,
+            service="redis",
+            action=action,
         )
     if isinstance(exc, redis_errors.ResponseError):
         return response_error(key, exc, action)
@@ -122,7 +135,7 @@ def _cluster_error(exc: redis_errors.RedisClusterException, key: Any, action: st
             return response_error(key, seen, action)
         seen = seen.__cause__ or seen.__context__
     return ServiceUnavailableError(
-        f"Redis Cluster not reachable: {exc}", lookup_key=key, service="redis", action=action
+        f"Redis Cluster not reachable: {said(exc)}", lookup_key=key, service="redis", action=action
     )
 
 

@@ -35,8 +35,9 @@ VERSION_SUFFIX = ":kaw-version"
 # for a SET, by Redis's commandstats). KEYS: per write its key and its version key. ARGV: per
 # write its version ('' = unfenced), command, ttl ms ('0' = none), tombstone ttl ms, the count
 # of values, then the value (SET), or (HSET) the count of field and value items, those items,
-# and the fields a NULL removes. Answers, per write: 1 applied, 0 stale, or the error of that
-# write alone (the others still run, in order).
+# and the fields a NULL removes. Answers, per write: 1 applied, 0 stale (an older version), 2
+# the same version already held, or the error of that write alone (the others still run, in
+# order).
 SCRIPT = """
 local function newer(new, held)
   if not held then return true end
@@ -51,6 +52,7 @@ local function write(key, vkey, version, command, ttl, tomb, first, last)
   if version ~= '' then
     local held = redis.pcall('GET', vkey)
     if type(held) == 'table' and held.err then return held end
+    if version == held then return 2 end
     if not newer(version, held) then return 0 end
   end
   local done
@@ -87,6 +89,7 @@ for w = 1, #KEYS / 2 do
 end
 return out
 """
+_UNSURE_MOST = 100_000
 CHUNK = 100  # writes per script call: its Lua overhead shared, Redis still not blocked for long
 _SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()  # what EVALSHA names the script by
 
@@ -202,6 +205,9 @@ class RedisWrite(Write):
         self.tombstone_ms = max(1, round(tombstone_ttl * 1000))
         self._ttl_text, self._tombstone_text = str(self.ttl_ms), str(self.tombstone_ms)
         self._script_loaded = False  # SCRIPT LOAD done on the current client
+        # writes applied that too few replicas held (retried): found again at their own version,
+        # they are this write's, not a re-run's, and count as applied once replicas hold them
+        self._unsure: set[tuple[Hashable, str | None]] = set()
         inputs = (*self.key.fields, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
             version=version,
@@ -288,15 +294,41 @@ class RedisWrite(Write):
                     pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
                 with converted_errors(targets, action="write"):
                     answers = await pipe.execute(raise_on_error=False) if calls else []
+        held_by: Any = None
         if calls and self.replicas:
-            answers = self._unreplicated(answers[:-1], answers[-1])
+            answers, held_by = answers[:-1], answers[-1]
+        replicated = held_by is None or (isinstance(held_by, int) and held_by >= self.replicas)
         for members, answer in zip(calls, answers, strict=True):
             if isinstance(answer, redis_errors.NoScriptError):
                 self._script_loaded = False  # the server lost its scripts (a restart): load again
             per_write = answer if isinstance(answer, list) else [answer] * len(members)
             for i, one in zip(members, per_write, strict=True):
-                out[i] = self._outcome(items[i][1], one)
+                out[i] = self._outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
+        if not replicated and self.connection.sentinel:
+            # the node may be a master no longer: the next call asks the sentinels again
+            await client.connection_pool.disconnect()
         return out
+
+    def _settled(
+        self, item: tuple[Any, Hashable, str | None], answer: Any, replicated: bool, held_by: Any
+    ) -> Any:
+        """A write's answer with the replicas' word on it: 1 applied (unsure until enough
+        replicas hold it), 0 stale, 2 its own version found again (this write's own, when an
+        earlier attempt of it was unsure; else a re-run's, stale)."""
+        if answer not in (1, 2) or isinstance(answer, bool):
+            return answer
+        mark = (item[1], item[2])
+        if answer == 2 and mark not in self._unsure:
+            return 0
+        if replicated:
+            self._unsure.discard(mark)
+            return 1
+        if len(self._unsure) >= _UNSURE_MOST:
+            self._unsure.clear()  # bounded: an entry is only needed while its record retries
+        self._unsure.add(mark)
+        if isinstance(held_by, BaseException):  # WAIT refused (an ACL user without +wait)
+            return held_by
+        return _Unreplicated(held_by, self.replicas, self._wait[1])
 
     def _queue(
         self,
@@ -329,22 +361,6 @@ class RedisWrite(Write):
             pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
             calls.append(members)
         return calls
-
-    def _unreplicated(self, answers: list[Any], held_by: Any) -> list[Any]:
-        """The answers, each applied write marked when fewer than ``replicas`` replicas hold
-        it: a failover could lose it, so it fails as retryable (written again, it is fenced)."""
-        if isinstance(held_by, int) and held_by >= self.replicas:
-            return answers
-        # WAIT refused (an ACL user without +wait): that error, for each write it leaves unsure
-        marked = (
-            held_by
-            if isinstance(held_by, BaseException)
-            else _Unreplicated(held_by, self.replicas, self._wait[1])
-        )
-        return [
-            [marked if one == 1 else one for one in answer] if isinstance(answer, list) else answer
-            for answer in answers
-        ]
 
     @staticmethod
     def _outcome(target: Hashable, answer: Any) -> Any:

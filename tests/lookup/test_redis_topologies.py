@@ -16,6 +16,8 @@ import redis
 import trustme
 
 from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from keyed_async_wait.app.embedded import redis_process
+from keyed_async_wait.app.service import free_port
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress
 from lookup import (
     AccessDeniedError,
@@ -394,6 +396,93 @@ def test_a_read_only_user_gets_values_and_misses_in_batches(redis_url: str, user
         assert got == {i: {"name": values[i]["name"]} if i in values else None for i in range(30)}
     with pytest.raises(RecordFailedError, match="wrong type"):  # a hash is not JSON text, said so
         run(through(RedisLookup(users["reader"], p + ":{id}"), [{"id": "h"}, {"id": 1}], batch_size=10))
+
+
+def least_user(url: str, name: str, *grants: str) -> str:
+    """An ACL user allowed only ``grants`` (besides logging in); its URL."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.execute_command("ACL", "SETUSER", name, "reset", "on", ">least-pw", "~*", *grants)
+    finally:
+        client.close()
+    return url.replace("redis://", f"redis://{name}:least-pw@")
+
+
+def drop_user(url: str, name: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        client.execute_command("ACL", "DELUSER", name)
+    finally:
+        client.close()
+
+
+def test_a_least_privilege_user_reads_one_node_without_any_option(redis_url: str) -> None:
+    """``+get +mget +@connection``, as production read-only users are written: the topology is
+    learned with HELLO (in @connection), not INFO; with neither allowed, the error names both
+    permissions and the option that avoids asking."""
+    p = f"l{uuid.uuid4().hex[:6]}"
+    client = redis.Redis.from_url(redis_url)
+    try:
+        values = seed(client, p, 30)
+    finally:
+        client.close()
+    name = f"least{uuid.uuid4().hex[:6]}"
+    url = least_user(redis_url, name, "+get", "+mget", "+@connection")
+    try:
+        for batch_size in (None, 10):
+            fn = RedisLookup(url, p + ":{id}", fields=[Field("name")])
+            got = looked_up(run(through(fn, [{"id": i} for i in range(30)], batch_size=batch_size)))
+            assert got == {i: {"name": values[i]["name"]} if i in values else None for i in range(30)}
+    finally:
+        drop_user(redis_url, name)
+
+
+def test_a_redis_that_answers_neither_hello_nor_info_is_named_with_the_option_that_avoids_asking(
+    tmp_path: Any,
+) -> None:
+    port = free_port()
+    renamed = ["--rename-command", "HELLO", "", "--rename-command", "INFO", ""]
+    with redis_process(
+        ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path), *renamed]
+    ):
+        url = f"redis://:a-pw@127.0.0.1:{port}/0"
+        client = redis.Redis(port=port, protocol=2)  # RESP3 starts with a HELLO
+        try:
+            client.config_set("requirepass", "a-pw")
+            client = redis.Redis(port=port, password="a-pw", protocol=2)
+            client.set("r:1", json.dumps({"name": "one"}))
+        finally:
+            client.close()
+        with pytest.raises(RecordFailedError) as refused:
+            run(through(RedisLookup(url, "r:{id}"), [{"id": 1}], retry=RETRY))
+        assert isinstance(refused.value.__cause__, AccessDeniedError) and refused.value.attempts == 1
+        text = str(refused.value)
+        assert "+info" in text and "cluster=False" in text and "a-pw" not in text
+        assert "its arguments not shown" in text  # the server echoed the handshake's password
+
+
+def test_a_least_privilege_user_reads_a_cluster_without_any_option(cluster: Cluster) -> None:
+    """On a Cluster every client needs the slot map too (``+cluster|slots``; ``COMMAND`` is in
+    @connection): nothing beyond it, and no ``cluster=True``."""
+    p = f"m{uuid.uuid4().hex[:6]}"
+    client = cluster.client()
+    try:
+        values = seed(client, p, 60)
+        for port in cluster.ports:  # ACL users are per node
+            least_user(
+                f"redis://127.0.0.1:{port}", "clusterleast", "+get", "+mget", "+@connection", "+cluster|slots"
+            )
+    finally:
+        client.close()
+    try:
+        url = cluster.url(1).replace("redis://", "redis://clusterleast:least-pw@")
+        for batch_size in (None, 20):
+            fn = RedisLookup(url, p + ":{id}", fields=[Field("name")])
+            got = looked_up(run(through(fn, [{"id": i} for i in range(60)], batch_size=batch_size)))
+            assert got == {i: {"name": values[i]["name"]} if i in values else None for i in range(60)}
+    finally:
+        for port in cluster.ports:
+            drop_user(f"redis://127.0.0.1:{port}", "clusterleast")
 
 
 def test_acl_users_write_only_when_allowed_and_a_wrong_password_is_not_retried(
