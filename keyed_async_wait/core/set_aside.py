@@ -29,15 +29,17 @@ __all__ = ["SetAside"]
 class SetAside:
     """How many records of each key are set aside, and which keys are due a refill."""
 
-    __slots__ = ("bound", "counts", "due")
+    __slots__ = ("bound", "counts", "due", "total")
 
     def __init__(self, bound: int) -> None:
         self.bound = bound  # records that may wait in memory (0: none are ever set aside)
         self.counts: dict[Hashable, int] = {}
         self.due: deque[Hashable] = deque()  # keys whose queue ran dry: bring theirs back
+        self.total = 0  # records set aside, every key's
 
     def add(self, key: Hashable) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
+        self.total += 1
 
     def holds(self, key: Hashable) -> bool:
         return key in self.counts
@@ -45,6 +47,7 @@ class SetAside:
     def back(self, key: Hashable, count: int) -> None:
         """``count`` records of ``key`` were brought back (or moved elsewhere)."""
         left = self.counts[key] - count
+        self.total -= min(count, self.counts[key])
         if left > 0:
             self.counts[key] = left
         else:
@@ -63,4 +66,4 @@ class SetAside:
         return bool(self.counts)
 
     def __len__(self) -> int:
-        return sum(self.counts.values())
+        return self.total

@@ -139,6 +139,12 @@ class Intake:
                 return
             if ctl.aside.due:
                 self._bring_back()
+            limit = run.overflow.limit
+            if limit is not None and ctl.aside and ctl.aside.total >= limit:
+                await run.wait_set_aside()  # the store is full: read on once some came back
+                if run.failure is not None:
+                    return
+                continue
             room = run.room_left()
             if room <= 0:
                 await self._wait_capacity()

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from typing import Any
 
 from ..core.elements import OutputMode, Watermark
+from ..core.exceptions import ConfigError
 from ..core.keys import DEFAULT_MAX_PARALLELISM
 from ..core.latency import LatencyHistogram
 from ..core.parking import PARKED, DeferPolicy, ParkedItem
@@ -16,11 +17,19 @@ from ..core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CAPACITY, OnClose, OnError, 
 from .backend import adapt_function, check_release
 from .consume import outputs_of
 from .operator_state import OperatorState
-from .overflow import Overflow
+from .overflow import MemoryOverflow, Overflow
 from .runtime import Runtime
 from .stats import OperatorStats, stats_of
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAPACITY", "KeyedAsyncWaitOperator", "OperatorStats"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_CAPACITY",
+    "DEFAULT_SET_ASIDE",
+    "KeyedAsyncWaitOperator",
+    "OperatorStats",
+]
+
+DEFAULT_SET_ASIDE = 100_000  # records a bare operator keeps set aside in memory at most
 
 
 class KeyedAsyncWaitOperator(OperatorState):
@@ -39,9 +48,15 @@ class KeyedAsyncWaitOperator(OperatorState):
     * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
     * ``blocked_capacity`` (KEY_ORDERED, default 10,000): records that may wait behind their
       keys, outside ``capacity``, so that a hot key never holds the other keys back; past it a
-      hot key's further records are set aside and come back in order (in memory here; Spark
-      tasks spill them to local disk; ``key_ordered_stream`` parks them), and other records
-      waiting count against ``capacity``. 0: every record behind its key counts against it.
+      hot key's further records are set aside and come back in order (in memory here, up to
+      ``set_aside_capacity``; Spark tasks spill them to local disk; ``key_ordered_stream``
+      parks them), and other records waiting count against ``capacity``. 0: every record
+      behind its key counts against it.
+    * ``set_aside_capacity`` (KEY_ORDERED; default 100,000): records this operator keeps set
+      aside in memory at most; at it the source is not read until some come back
+      (back-pressure). The source is then never read more than ``2 * capacity +
+      blocked_capacity + set_aside_capacity`` records ahead of the outputs; records already
+      read of other keys run meanwhile. ``None``: no bound.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -83,6 +98,7 @@ class KeyedAsyncWaitOperator(OperatorState):
         track_latency: bool = False,
         defer: DeferPolicy | None = None,
         emit_parked: bool = False,
+        set_aside_capacity: int | None = DEFAULT_SET_ASIDE,
     ) -> None:
         self._init(
             function,
@@ -105,6 +121,7 @@ class KeyedAsyncWaitOperator(OperatorState):
                 emit_parked=emit_parked,
             ),
         )
+        self._overflow = MemoryOverflow(_set_aside_limit(set_aside_capacity))
 
     @classmethod
     def from_spec(
@@ -276,3 +293,12 @@ class KeyedAsyncWaitOperator(OperatorState):
 def _shown(key: Any) -> str:
     """A key as it was given (one field by its name)."""
     return repr(key[0] if isinstance(key, tuple) and len(key) == 1 else key)
+
+
+def _set_aside_limit(value: Any) -> int | None:
+    """``set_aside_capacity`` as a bound (None: no bound), checked when the operator is made."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("set_aside_capacity", value, "an integer >= 0, or None (no bound)")
+    return value

@@ -19,7 +19,11 @@ __all__ = ["MemoryOverflow", "Overflow"]
 
 
 class Overflow(Protocol):
-    """Records set aside, per key, first in first out."""
+    """Records set aside, per key, first in first out. ``limit``: records it holds at most
+    (None: no bound, a store on disk); at the limit the intake reads nothing more until some
+    come back (back-pressure)."""
+
+    limit: int | None
 
     def put(self, items: list[tuple[Hashable, Any]]) -> None:
         """Keep ``(key, record)`` items, in this order."""
@@ -43,12 +47,13 @@ class Overflow(Protocol):
 
 
 class MemoryOverflow:
-    """Records set aside, kept in this process's memory."""
+    """Records set aside, kept in this process's memory, ``limit`` at most (None: no bound)."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_keys", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._keys: dict[Hashable, deque[Any]] = {}
+        self.limit = limit
 
     def put(self, items: list[tuple[Hashable, Any]]) -> None:
         keys = self._keys

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
+from keyed_async_wait import ConfigError, KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
 
 from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, per_key, run
 
@@ -194,3 +194,88 @@ def test_a_source_always_ready_does_not_starve_the_calls(asynchronous: bool) -> 
     op = KeyedAsyncWaitOperator(call, mode="key_ordered", key="k", capacity=4, blocked_capacity=total)
     assert len(run(collect(op, records_async() if asynchronous else records()))) == total
     assert started["read"] < 2_100  # the first call ran within two turns of reading
+
+
+def _interleaved(hot: int, others: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``hot`` records of key 0 with ``others`` records of other keys among them."""
+    import random
+
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = [{"k": 0, "lat": 3} for _ in range(hot)]
+    for i in range(others):
+        rows.insert(rng.randrange(len(rows) + 1), {"k": 1 + i % 7, "lat": 1})
+    return [{**row, "id": i} for i, row in enumerate(rows)]
+
+
+class Counted:
+    """A source that counts what was read, and the most it was read ahead of the outputs."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows, self.read, self.out, self.most_ahead = rows, 0, 0, 0
+
+    def __iter__(self) -> Any:
+        for row in self.rows:
+            self.read += 1
+            self.most_ahead = max(self.most_ahead, self.read - self.out)
+            yield row
+
+
+@SETTINGS
+@given(
+    hot=st.integers(0, 200),
+    others=st.integers(0, 40),
+    capacity=st.integers(1, 6),
+    bound=st.integers(1, 30),
+    limit=st.integers(0, 30),
+    seed=st.integers(0, 1_000),
+)
+def test_a_bare_operator_with_a_hot_key_reads_at_most_a_stated_bound_ahead(
+    hot: int, others: int, capacity: int, bound: int, limit: int, seed: int
+) -> None:
+    """With ``set_aside_capacity`` the in-memory store is bounded: the source is never read
+    more than ``2 * capacity + blocked_capacity + set_aside_capacity`` records ahead of the
+    outputs; every record leaves once, per key in arrival order."""
+    rows = _interleaved(hot, others, seed)
+    source = Counted(rows)
+    op = KeyedAsyncWaitOperator(
+        TurnsAction(), mode="key_ordered", key="k", capacity=capacity, blocked_capacity=bound,
+        set_aside_capacity=limit,
+    )  # fmt: skip
+
+    async def main() -> list[Any]:
+        out = []
+        async for x in op.process(source):
+            source.out += 1
+            out.append(x)
+        return out
+
+    out = run(main())
+    assert sorted(ids(out)) == list(range(len(rows)))
+    assert per_key(out) == per_key(rows)
+    assert source.most_ahead <= 2 * capacity + bound + limit, source.most_ahead
+
+
+def test_the_issue_shape_stays_within_its_bound_and_the_other_keys_run_meanwhile() -> None:
+    """One hot key of 200 records with 40 of other keys among them, capacity 4, 30 waiting:
+    read at most 2 * 4 + 30 + 30 ahead (it read 197 ahead without a bound); every other key's
+    record leaves before the hot key's last."""
+    rows = _interleaved(200, 40, seed=7)
+    source = Counted(rows)
+    op = KeyedAsyncWaitOperator(
+        TurnsAction(), mode="key_ordered", key="k", capacity=4, blocked_capacity=30, set_aside_capacity=30
+    )
+
+    async def main() -> list[Any]:
+        out = []
+        async for x in op.process(source):
+            source.out += 1
+            out.append(x)
+        return out
+
+    order = ids(run(main()))
+    assert source.most_ahead <= 68, source.most_ahead
+    others = [r["id"] for r in rows if r["k"] != 0]
+    last_hot = max(order.index(r["id"]) for r in rows if r["k"] == 0)
+    assert all(order.index(i) < last_hot for i in others)
+    with pytest.raises(ConfigError, match="set_aside_capacity"):
+        KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key="k", set_aside_capacity=-1)
