@@ -260,6 +260,7 @@ class BudgetClient:
             budget.group, budget.weight, lease, budget.lease, budget.rate or 0, budget.burst or 0,
             budget.units_rate or 0, budget.units_burst or 0, budget.in_flight or 0, units,
             "1" if budget.adaptive else "0", budget.max_concurrency, budget.headroom,
+            "1" if budget.follow_headers else "0",
         ]  # fmt: skip
         loop = asyncio.get_running_loop()
         async with self._turn:
@@ -361,11 +362,14 @@ def _text(value: Any) -> str:
 
 
 def _quota_args(quota: ServiceQuota | None) -> list[Any]:
+    """What the release script reads of a stated quota: remaining, reset, limit, window (''
+    when not said) and whether the reset is exact."""
     if quota is None:
-        return ["", "", "", ""]
+        return ["", "", "", "", ""]
     return [
         "" if quota.remaining is None or quota.reset is None else quota.remaining,
-        "" if quota.remaining is None or quota.reset is None else quota.reset,
-        "" if quota.limit is None or not quota.window else quota.limit,
+        "" if quota.reset is None else quota.reset,
+        "" if quota.limit is None else quota.limit,
         "" if quota.limit is None or not quota.window else quota.window,
+        "1" if quota.exact else "",
     ]

@@ -57,6 +57,7 @@ local rate, burst = tonumber(ARGV[5]), tonumber(ARGV[6])
 local urate, uburst = tonumber(ARGV[7]), tonumber(ARGV[8])
 local cap, cost = tonumber(ARGV[9]), tonumber(ARGV[10])
 local adaptive, ceiling, headroom = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
+local follow = ARGV[14] == '1'
 expire_dead()
 redis.call('ZADD', G, now + 10 + lease_s, group)
 redis.call('HSET', S, 'w:' .. group, weight)
@@ -76,6 +77,23 @@ local limit, source = cap, 'configured'
 if adaptive then
   local a = math.max(1, math.floor(num('aimd', math.min(ceiling, 4))))
   if limit <= 0 or a < limit then limit, source = a, 'adaptive' end
+end
+-- while the service has said nothing of its quota and no rate is configured, calls start at
+-- a pace that doubles every second from 20 a second (a cold start), so that the first 429s
+-- (or answers stating the quota) come before a burst of calls in flight can overrun it; after
+-- a 429, two calls in flight at most until the quota is learned
+local quiet = follow and rate <= 0 and num('heard', 0) <= now and num('s_rate_until', 0) <= now
+local cold = 0
+if quiet then
+  local began = num('c0', 0)
+  if began == 0 then
+    began = now
+    redis.call('HSET', S, 'c0', now)
+  end
+  cold = 20 * 2 ^ math.min(20, math.max(0, now - began))
+  if cold > 5000 then cold = 0 end
+  local cap = num('ss_cap', 0)
+  if cap > 0 and (limit <= 0 or cap < limit) then limit, source = cap, 'quota not known yet' end
 end
 local others, total = false, 0
 for _, g in ipairs(redis.call('ZRANGE', G, 0, -1)) do
@@ -112,6 +130,7 @@ local function take(tf, lf, r, b, n)
 end
 local wait = 0
 local r = rate_of('s_rate', 's_rate_until', rate)
+if r <= 0 then r = cold end
 if r > 0 then
   local rb = burst > 0 and burst or 1
   wait = take('tk', 'tl', r, rb, 1)
@@ -154,22 +173,72 @@ keep()
 -- ones are a debt of the bucket; the ratio used / estimated steers the next charges
 if settle < 0 then redis.call('HSET', S, 'uc', num('uc', 0) - settle) end
 if settle > 0 then redis.call('HSET', S, 'ut', num('ut', 0) - settle) end
-local estimate, used = tonumber(ARGV[17] or ''), tonumber(ARGV[18] or '')
+local estimate, used = tonumber(ARGV[19] or ''), tonumber(ARGV[20] or '')
 if estimate and used and estimate > 0 then
   local ratio = 0.7 * num('uratio', 1) + 0.3 * used / estimate
   redis.call('HSET', S, 'uratio', math.min(10, math.max(0.01, ratio)))
 end
-if retry_after > 0 then redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + retry_after)) end
+if retry_after > 0 then
+  redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + retry_after))
+  -- a service that states only Retry-After: its windows end where its 429s say, and the calls
+  -- it admitted between two ends are its quota per window (whole seconds: Retry-After is); a
+  -- 429 while that rate is in force takes it down a twentieth
+  local ends, began = now + retry_after, num('ra_start', 0)
+  if ends > began + 0.5 and now >= began then  -- not a call of the window that just ended
+    local learned = num('s_learned', 0) == 1 and num('s_rate_until', 0) > now
+    if learned then
+      redis.call('HSET', S, 's_rate', num('s_rate', 1) * 0.95)
+    elseif began > 0 and num('s_rate_until', 0) <= now then
+      -- two windows' lengths averaged: a whole-second Retry-After puts each end up to a
+      -- second late
+      local before = num('ra_d', 0)
+      if before > 0 then
+        local w = math.max(1, math.floor((before + ends - began) / 2 + 0.5))
+        local q = math.max(1, math.min(num('ra_n', 1), num('ra_q', 1e9)))
+        redis.call('HSET', S, 's_rate', q / w, 's_rate_until', now + math.max(600, 2 * w), 's_learned', 1)
+      else
+        redis.call('HSET', S, 'ra_d', ends - began, 'ra_q', num('ra_n', 1))
+      end
+    end
+    redis.call('HSET', S, 'ra_start', ends, 'ra_n', 0)
+  end
+end
+if ARGV[9] ~= '' or ARGV[11] ~= '' or ARGV[14] ~= '' or ARGV[16] ~= '' then
+  redis.call('HSET', S, 'heard', now + 60, 's_learned', 0)  -- the service states its quota
+end
+if outcome == 'ok' then
+  redis.call('HINCRBY', S, 'ra_n', 1)  -- calls admitted since the window began
+elseif outcome == 'overload' and num('s_rate_until', 0) <= now then
+  -- a 429 before its quota is known: two calls in flight until the next one tells the window
+  -- (the calls in flight when a window's quota runs out are what it refuses)
+  redis.call('HSET', S, 'ss_cap', 2)
+end
+if num('s_rate_until', 0) > now then redis.call('HDEL', S, 'ss_cap') end
 local function said(prefix, at)
   local remaining, reset, limit, window = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  if remaining ~= '' and reset ~= '' and tonumber(reset) < 2 then
-    -- a reset a second or less away is as coarse as whole seconds allow: waiting for it could
-    -- lose most of a short window, so such windows are followed by their rate alone
+  local exact = ARGV[at + 4] == '1'
+  if reset ~= '' and limit ~= '' and window == '' then
+    -- a window the service does not state (X-RateLimit-*) is learned from its resets: the
+    -- longest seen lately, as an answer at a window's start sees nearly the whole of it
+    -- (windows of a second and more are whole seconds: 0.95 s seen is a 1 s window)
+    local seen = tonumber(reset)
+    if seen >= 0.9 then seen = math.ceil(seen - 0.1) end
+    if seen > 0 and (seen > num(prefix .. '_win', 0) or num(prefix .. '_win_until', 0) <= now) then
+      redis.call('HSET', S, prefix .. '_win', seen)
+    end
+    redis.call('HSET', S, prefix .. '_win_until', now + 60)
+    window = tostring(num(prefix .. '_win', 0))
+  end
+  if remaining ~= '' and reset ~= '' and not exact and tonumber(reset) < 2 and window ~= ''
+     and tonumber(window) > 0 then
+    -- a reset in whole seconds, under two away, may be up to a second late: waiting for it
+    -- could lose most of a short window, whose rate (stated or learned) spaces the calls
     redis.call('HDEL', S, prefix .. '_remaining', prefix .. '_reset')
   elseif remaining ~= '' and reset ~= '' then
     -- what the service said less the calls it may not have seen yet (those in flight); what
     -- this budget counted since, when that is fewer (the service counts in windows: a count
-    -- above ours is a new window)
+    -- above ours is a new window). It holds calls back in any window, however short: the
+    -- rate (stated or learned) spaces the calls, so it is seldom spent before its reset
     local said_left = tonumber(remaining)
     local left = math.max(0, said_left - redis.call('ZCARD', L))
     if num(prefix .. '_reset', 0) > now then
@@ -183,7 +252,7 @@ local function said(prefix, at)
   end
 end
 said('s', 9)
-said('u', 13)
+said('u', 14)
 local a = num('aimd', math.min(ceiling, 4))
 if adaptive then
   local function cut()

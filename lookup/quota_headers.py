@@ -23,7 +23,7 @@ import datetime as dt
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import http_sfv
@@ -39,13 +39,16 @@ _DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m(?!s))?(?:{_NUMBER}s)?(?:{
 @dataclass(frozen=True)
 class ServiceQuota:
     """One quota as a service stated it: ``remaining`` calls (or units) until ``reset`` seconds
-    from now, out of ``limit`` per ``window`` seconds (each None when not said)."""
+    from now, out of ``limit`` per ``window`` seconds (each None when not said). ``exact``: the
+    reset was a point in time or a fraction of a second (not whole seconds from now, which may
+    be up to a second late)."""
 
     kind: str  # "calls" or "units"
     remaining: float | None = None
     reset: float | None = None
     limit: float | None = None
     window: float | None = None
+    exact: bool = field(default=False, compare=False)
 
     @property
     def rate(self) -> float | None:
@@ -80,6 +83,18 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if number >= 0 and number == number else None
+
+
+def _exact(value: str | None) -> bool:
+    """Whether a reset is a point in time (an epoch second, an RFC 3339 time) or has a fraction
+    of a second (``1.5``, ``20ms``): then it is as exact as the service's clock."""
+    if not value:
+        return False
+    text = value.strip()
+    number = _number(text)
+    if number is None:
+        return "ms" in text or "." in text or "T" in text
+    return number > _EPOCH or number != int(number)
 
 
 def _reset(value: str | None, now: float | None) -> float | None:
@@ -150,6 +165,7 @@ def _drafts(headers: Mapping[str, str], now: float | None) -> list[ServiceQuota]
                 reset=_reset(headers.get("ratelimit-reset"), now),
                 limit=_number(limit_text.split(";")[0]),
                 window=float(window.group(1)) if window else None,
+                exact=_exact(headers.get("ratelimit-reset")),
             )
         )
     fields = _sf_dictionary(headers.get("ratelimit"))
@@ -186,6 +202,7 @@ def _x_ratelimit(headers: Mapping[str, str], now: float | None) -> list[ServiceQ
             remaining=_number(headers["x-ratelimit-remaining"]),
             reset=_reset(reset, now),
             limit=_number(headers.get("x-ratelimit-limit")),
+            exact=_exact(reset),
         )
     ]
 
@@ -211,12 +228,14 @@ def _per_token(headers: Mapping[str, str], now: float | None) -> list[ServiceQuo
         for remaining_header, reset_header, limit_header, reset_of in forms:
             remaining = headers.get(remaining_header)
             if remaining is not None:
+                said_reset = headers.get(reset_header)
                 out.append(
                     ServiceQuota(
                         kind,
                         remaining=_number(remaining),
-                        reset=reset_of(headers.get(reset_header), now),
+                        reset=reset_of(said_reset, now),
                         limit=_number(headers.get(limit_header)),
+                        exact=reset_of is _rfc3339 or _exact(said_reset),
                     )
                 )
     return out

@@ -1,11 +1,15 @@
 """A service's quota, as the test service enforces and announces it: at most ``calls`` calls
 and ``units`` cost units per window of ``window`` seconds, and ``in_flight`` calls at once;
-past any of them an answer is 429 with ``Retry-After``. Every answer states what is left in
-the IETF ``RateLimit-Policy`` and ``RateLimit`` headers (``announce``), and an admitted call's
-answer says what it used (``X-Units-Used``, and ``usage.units`` in its JSON).
+past any of them an answer is 429 with ``Retry-After``. Every answer states what is left
+(``announce``) in the form ``form`` names: ``"ietf"``, the IETF ``RateLimit-Policy`` and
+``RateLimit`` headers; ``"x-ratelimit"``, ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset``
+(an epoch second, as GitHub's; no window stated); ``"retry-after"``, nothing but the 429's
+``Retry-After``. An admitted call's answer says what it used (``X-Units-Used``, and
+``usage.units`` in its JSON).
 
-Windows are fixed, aligned to the service's clock (as most APIs count). The quota may change
-while the service runs (``calls=``, ``units=``): the next answers announce it.
+Windows are fixed, aligned to the service's clock (as most APIs count; the epoch's seconds for
+``"x-ratelimit"``, whose reset is a time). The quota may change while the service runs
+(``calls=``, ``units=``): the next answers announce it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Quota:
     in_flight: int | None = None
     window: float = 1.0
     announce: bool = True
+    form: str = "ietf"  # "ietf", "x-ratelimit" or "retry-after"
     admitted: int = 0
     rejected: int = 0
     units_used: float = 0.0
@@ -39,7 +44,8 @@ class Quota:
 
     def admit(self, units: float, now: float | None = None) -> tuple[bool, dict[str, str]]:
         """Whether a call costing ``units`` may run now, and the headers of its answer."""
-        now = time.monotonic() if now is None else now
+        if now is None:
+            now = time.time() if self.form == "x-ratelimit" else time.monotonic()
         with self._lock:
             start = math.floor(now / self.window) * self.window
             if start != self._window_start:
@@ -61,7 +67,7 @@ class Quota:
                     self.first_admitted = now
                 self.last_admitted = now
                 self.peak_in_flight = max(self.peak_in_flight, self._running)
-            headers = self._headers(start + self.window - now)
+            headers = self._headers(start + self.window - now, start + self.window)
             if over:
                 headers["Retry-After"] = str(max(1, math.ceil(start + self.window - now)))
             return not over, headers
@@ -77,9 +83,17 @@ class Quota:
         with self._lock:
             self._running -= 1
 
-    def _headers(self, left: float) -> dict[str, str]:
-        if not self.announce:
+    def _headers(self, left: float, end: float) -> dict[str, str]:
+        if not self.announce or self.form == "retry-after":
             return {}
+        if self.form == "x-ratelimit":
+            if self.calls is None:
+                return {}
+            return {
+                "X-RateLimit-Limit": str(self.calls),
+                "X-RateLimit-Remaining": str(max(0, self.calls - self._calls)),
+                "X-RateLimit-Reset": str(math.ceil(end)),  # the epoch second the window ends
+            }
         reset = max(1, math.ceil(left))  # an integer of seconds, as the field's t
         policies, state = [], []
         if self.calls is not None:

@@ -5,9 +5,9 @@ the demo and the benchmarks call.
 many (a JSON list of ids in, an object from id to profile out). ``PUT``/``PATCH``/``POST``/
 ``DELETE /records/{key}`` is a store that fences writes by ``X-Record-Version`` as
 :mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds);
-``POST /records`` is its collection (fenced per ``X-Record-Resource``). Latency, a log of every call (key, start, end) and faults (a status for the next N calls with
-Retry-After, malformed JSON, answers slower than a client's timeout) are set on
-:class:`ServiceState`.
+``POST /records`` is its collection (fenced per ``X-Record-Resource``). Latency, a log of
+every call (key, start, end) and faults (a status for the next N calls with Retry-After,
+malformed JSON, answers slower than a client's timeout) are set on :class:`ServiceState`.
 """
 
 from __future__ import annotations

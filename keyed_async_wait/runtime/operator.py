@@ -78,6 +78,8 @@ class KeyedAsyncWaitOperator(OperatorState):
       source chunk that is a :class:`ParkedBatch` replays parked records.
     """
 
+    _overflow: Overflow | None  # where a run keeps what it sets aside (None: unbounded memory)
+
     def __init__(
         self,
         function: Any,
@@ -147,7 +149,7 @@ class KeyedAsyncWaitOperator(OperatorState):
         self._last_stats: OperatorStats | None = None
         self._parked_replay: list[ParkedItem] = []
         self._leftover: list[ParkedItem] = []
-        self._overflow: Overflow | None = None
+        self._overflow = None
 
     def __repr__(self) -> str:
         s = self.spec

@@ -23,7 +23,10 @@ class Overflow(Protocol):
     (None: no bound, a store on disk); at the limit the intake reads nothing more until some
     come back (back-pressure)."""
 
-    limit: int | None
+    @property
+    def limit(self) -> int | None:
+        """Records it holds at most (None: no bound)."""
+        ...
 
     def put(self, items: list[tuple[Hashable, Any]]) -> None:
         """Keep ``(key, record)`` items, in this order."""

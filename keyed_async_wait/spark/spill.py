@@ -40,7 +40,7 @@ class ArrowSpill:
     """The records a task set aside, per key first in first out (an
     :class:`~keyed_async_wait.runtime.overflow.Overflow`)."""
 
-    limit = None  # on local disk: no bound in memory
+    limit: int | None = None  # on local disk: no bound in memory
 
     def __init__(self, source: RowSource) -> None:
         self.source = source

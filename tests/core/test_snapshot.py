@@ -247,6 +247,7 @@ def test_new_input_routed_with_the_public_routing_meets_its_restored_records(
         op.restore(snap, index, parallelism)
         after.append(run(collect(op, routed[index])))
     assert sorted(x["id"] for x in before + [x for out in after for x in out]) == list(range(n))
+
     def key_of(x: dict[str, Any]) -> Any:
         return (x["k"], x["id"] % 2) if composite else x["k"]
 

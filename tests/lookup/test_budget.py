@@ -257,3 +257,21 @@ def test_units_given_back_are_never_lost_at_the_default_burst(service: Any, redi
     pace = (len(starts) - 1) / (starts[-1] - starts[0])
     print("pace", pace)
     assert pace >= 40, pace  # the estimates alone allow 10 a second
+
+
+@pytest.mark.parametrize("form", ["x-ratelimit", "retry-after"])
+def test_a_quota_in_any_form_and_short_window_is_followed(service: Any, redis_url: str, form: str) -> None:
+    """60 calls per 2-second window, no rate configured: stated as X-RateLimit-* (an epoch
+    reset, no window: learned from the resets) or only as a 429's Retry-After (learned from
+    two windows' ends and what they admitted). What is left holds calls back however short
+    the window; a cold start paces its first calls so that no burst overruns the quota."""
+    url, state = service
+    quota = state.quota = Quota(calls=60, window=2.0, form=form)
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=40)
+    in_threads(2, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 160, 160)), bound=60))
+    asked = quota.admitted + quota.rejected
+    assert quota.admitted == 320
+    # X-RateLimit: none refused (one at most, a clock's tick); Retry-After: those that tell
+    # the windows (a cold start, then two at most in each of two windows), then none
+    assert quota.rejected <= (1 if form == "x-ratelimit" else 9), (quota.rejected, asked)
+    assert quota.used() >= 0.85, quota.used()

@@ -88,3 +88,26 @@ def test_any_header_value_is_read_or_ignored_never_raises(headers: dict[str, str
     for quota in quotas_of(headers).values():
         assert quota.remaining is None or quota.remaining >= 0
         assert quota.reset is None or quota.reset >= 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "exact"),
+    [
+        ({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str(int(NOW) + 2)}, True),  # a time
+        ({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "2"}, False),  # whole seconds
+        ({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "1.250"}, True),
+        ({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "20ms"}, True),
+        (
+            {
+                "anthropic-ratelimit-requests-remaining": "3",
+                "anthropic-ratelimit-requests-reset": "2026-11-26T08:00:00Z",
+            },
+            True,
+        ),
+        ({"RateLimit-Remaining": "3", "RateLimit-Reset": "1"}, False),
+    ],
+)
+def test_a_reset_is_exact_when_it_is_a_time_or_has_a_fraction(headers: dict[str, str], exact: bool) -> None:
+    """A reset in whole seconds from now may be up to a second late; the budget waits for an
+    exact one in any window, and follows a short window's whole-second one by its rate."""
+    assert quotas_of(headers, now=NOW)["calls"].exact is exact
