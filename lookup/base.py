@@ -26,6 +26,7 @@ from .calls import LookupCalls
 from .columnar import ColumnarPath
 from .exceptions import BODY_LIMIT, LookupOptionError, LookupServiceError
 from .fields import Field, FieldMapper
+from .gated import checked_limits
 from .limits import Gate, Limits
 from .parts import LookupStats, ReportsLookupStats, suspend
 from .settings import LookupSettings
@@ -190,22 +191,7 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
             "shared_cache_hits": stats.shared_cache_hits,
             "deduplicated": stats.deduplicated,
         }
-        throttle = self.throttle_stats
-        if throttle is not None:
-            counts.update(
-                rejected_429=throttle.rejected,
-                unavailable_5xx=throttle.unavailable,
-                short_circuited=throttle.short_circuited,
-                throttled_ms=int(throttle.throttled_s * 1000),
-                breaker_opened=throttle.breaker_opened,
-            )
-        budget = self._gate.budget_stats if self._gate is not None else None
-        if budget is not None:
-            counts.update(
-                budget_waits=budget.waits,
-                budget_wait_ms=int(budget.wait_s * 1000),
-                budget_units=int(budget.units),
-            )
+        counts.update(self.limit_counters())
         return counts
 
     def gauges(self) -> dict[str, Any]:
@@ -240,9 +226,7 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
         """Drop references to live clients (a copy or a pickle makes its own)."""
 
     async def aclose(self) -> None:
-        gate, self._gate, self._gate_loop = self._gate, None, None
-        if gate is not None:
-            await gate.aclose()
+        await self._close_gate()
         l2, self._l2, self._l2_loop = self._l2, None, None
         if l2 is not None:
             await l2.aclose()
@@ -314,6 +298,4 @@ def _service_name(service: Any, key: Any) -> str:
 def _checked_policies(cache: Any, limits: Any) -> tuple[PartialCache | None, Limits | None]:
     if cache is not None and not isinstance(cache, PartialCache):
         raise ConfigError("cache", cache, "a PartialCache(...) or None")
-    if limits is not None and not isinstance(limits, Limits):
-        raise ConfigError("limits", limits, "a Limits(...) or None")
-    return cache, limits
+    return cache, checked_limits(limits)

@@ -6,18 +6,19 @@ the shared cache does not hold."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 from .exceptions import LookupServiceError
-from .limits import Gate, Limits, ThrottleStats, through_gate
+from .gated import Gated
+from .limits import Limits
 from .parts import LookupStats
 from .shared_cache import SharedCache, SharedCacheClient
 
 __all__ = ["LookupCalls"]
 
 
-class LookupCalls:
+class LookupCalls(Gated):
     """The calls of a lookup (its attributes are the lookup's)."""
 
     cache: Any
@@ -25,8 +26,6 @@ class LookupCalls:
     shared_cache: SharedCache | None
     stats: LookupStats
     service_name: str
-    _gate: Gate | None
-    _gate_loop: asyncio.AbstractEventLoop | None
     _l2: SharedCacheClient | None
     _l2_loop: asyncio.AbstractEventLoop | None
     _inflight: dict[Hashable, asyncio.Future[Any] | None]
@@ -41,13 +40,6 @@ class LookupCalls:
 
     def cache_credentials(self) -> str:
         raise NotImplementedError
-
-    def _units(self, records: Sequence[Any], keys: int) -> float | None:
-        """The budget units a call for ``records`` costs (None without a budget)."""
-        limits = self.limits
-        if limits is None or limits.budget is None or limits.cost is None:
-            return None
-        return limits.cost.estimate(records, keys)
 
     async def _fetch_one(self, key: Hashable, units: float | None = None) -> Any:
         # a key in _inflight is being fetched; its future exists only once somebody waits on it
@@ -134,29 +126,3 @@ class LookupCalls:
                 loop,
             )
         return self._l2
-
-    # ------------------------------------------------------------------ limits
-
-    def gate(self) -> Gate | None:
-        """The gate of the running event loop (None without limits), made there on first use."""
-        if self.limits is None:
-            return None
-        loop = asyncio.get_running_loop()
-        if self._gate is None or self._gate_loop is not loop:
-            self._gate, self._gate_loop = Gate(self.limits), loop
-        return self._gate
-
-    @property
-    def throttle_stats(self) -> ThrottleStats | None:
-        """What the limits did in this process (None without limits, or before the first call)."""
-        return self._gate.stats if self._gate is not None else None
-
-    def _gated(
-        self, call: Any, argument: Any, keys: int, lookup_key: Any, units: float | None = None
-    ) -> Awaitable[Any]:
-        """``call(argument)`` to await, through the gate when the lookup has limits (without
-        limits the call itself: no coroutine in between on the hot path)."""
-        gate = self.gate()
-        if gate is None:
-            return call(argument)
-        return through_gate(gate, call, argument, keys, lookup_key, self.service_name, units)

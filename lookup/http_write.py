@@ -34,6 +34,7 @@ from .exceptions import BadResponseError, LookupOptionError, RateLimitedError, S
 from .http_client import make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Transport
+from .limits import Limits, heard
 from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .template import Template
 from .writes import Write, to_json
@@ -91,6 +92,9 @@ class HttpWrite(Write):
         Answers that mean "refused as stale" (default 409 and 412).
     ca_file, client_cert, client_key, proxy, request_timeout, max_connections
         As :class:`HttpLookup`.
+    limits : Limits, optional
+        A rate, calls in flight, the breaker and a job-wide :class:`~lookup.Budget` (shared
+        with the lookups of the same service when they name the same one), as for lookups.
     """
 
     service_name = "http"
@@ -118,6 +122,7 @@ class HttpWrite(Write):
         proxy: str | Secret | None = None,
         request_timeout: float = 10.0,
         max_connections: int = 100,
+        limits: Limits | None = None,
     ) -> None:
         method = str(method).upper()
         if method not in METHODS:
@@ -155,6 +160,7 @@ class HttpWrite(Write):
             result=result,
             coalesce=coalesce,
             outcome=outcome,
+            limits=limits,
         )
 
     def __repr__(self) -> str:
@@ -213,6 +219,7 @@ class HttpWrite(Write):
             service=redact_url(url),
             action="write",
         )
+        heard(answer.headers)  # the quota it states, for the job's budget
         return self._outcome(method, url, answer.status, answer.headers)
 
     def _outcome(self, method: str, url: str, status: int, headers: Mapping[str, str]) -> bool:

@@ -21,6 +21,7 @@ from redis import exceptions as redis_errors
 from redis.crc import key_slot
 
 from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateError
+from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
 from .template import Template
@@ -143,6 +144,9 @@ class RedisWrite(Write):
         Seconds ``WAIT`` waits for the replicas.
     db, password_env, max_connections, socket_timeout, ca_file, client_cert, client_key
         As :class:`RedisLookup` (``url`` may be a :class:`~lookup.RedisConnection` instead).
+    limits : Limits, optional
+        A rate, calls in flight, the breaker and a job-wide :class:`~lookup.Budget`, as for
+        lookups; a pipeline of a batch's writes is one call of as many keys.
     """
 
     service_name = "redis"
@@ -173,6 +177,7 @@ class RedisWrite(Write):
         cluster: bool | None = None,
         replicas: int = 0,
         replica_timeout: float = 1.0,
+        limits: Limits | None = None,
     ) -> None:
         command = str(command).upper()
         if command not in COMMANDS:
@@ -216,6 +221,7 @@ class RedisWrite(Write):
             result=result,
             coalesce=coalesce,
             outcome=outcome,
+            limits=limits,
         )
 
     def __repr__(self) -> str:

@@ -9,7 +9,10 @@ already applied is refused so: the effect is once per key and version, whatever 
 Each write gives one result, ``{"applied": bool}`` (the column's name is ``result=``).
 
 Unlike a lookup a write has no cache, no in-flight deduplication and no batch path that merges
-records of one key: every record is one write.
+records of one key: every record is one write. Like a lookup it takes :class:`~lookup.Limits`
+(a rate, calls in flight, the breaker, and a job-wide :class:`~lookup.Budget` it may share with
+the lookups of the same service, following the service's quota headers): a call of many writes
+(a pipeline, a batch) is one call of as many keys.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 from keyed_async_wait.runtime.function import AsyncFunction
 
 from .exceptions import LookupOptionError, LookupServiceError, VersionError
+from .gated import Gated, checked_limits
+from .limits import Limits
 from .loop_client import LoopClient
 from .versions import encode_version
 
@@ -65,7 +70,7 @@ class WriteStats:
     errors: int = 0
 
 
-class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
+class Write(LoopClient, Gated, AsyncFunction[Any, dict[str, Any]]):
     """Base of the write actions. Subclasses give :meth:`target` (the store's key for a record),
     :meth:`_apply` (one write: True applied, False stale), optionally :meth:`_apply_many`, and
     :meth:`_make_client` / :meth:`_close_client` (:class:`~lookup.loop_client.LoopClient`)."""
@@ -83,7 +88,9 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
         result: str = "applied",
         coalesce: bool = False,
         outcome: str = "outcome",
+        limits: Limits | None = None,
     ) -> None:
+        self.limits = checked_limits(limits)
         for name, value in (("result", result), ("outcome", outcome)):
             if not isinstance(value, str) or not value.isidentifier():
                 raise LookupOptionError(name, f"{name}={value!r}; allowed: a column name")
@@ -146,7 +153,7 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
         """Calls made, writes applied, refused as stale and superseded, in this process so far."""
         stats = self.stats
         counts = {"lookups": stats.requests, "writes_applied": stats.applied, "writes_stale": stats.stale}
-        return {**counts, "writes_superseded": stats.superseded}
+        return {**counts, "writes_superseded": stats.superseded, **self.limit_counters()}
 
     @property
     def superseded(self) -> Any:
@@ -170,7 +177,8 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
         version = self.version_of(record, target)
         self.stats.requests += 1
         try:
-            applied = await self._apply(record, target, version)
+            item = (record, target, version)
+            applied = await self._gated(self._apply_item, item, 1, target, self._units((record,), 1))
         except BaseException:
             self.stats.errors += 1
             raise
@@ -191,13 +199,18 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
                 out[i] = exc
         if items:
             self.stats.requests += 1
-            for i, outcome in zip(where, await self._apply_many(items), strict=True):
+            units = self._units([item[0] for item in items], len(items))
+            outcomes = await self._gated(self._apply_many, items, len(items), items[0][1], units)
+            for i, outcome in zip(where, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     self.stats.errors += 1
                     out[i] = outcome
                 else:
                     out[i] = [self._counted(bool(outcome))]
         return out
+
+    async def _apply_item(self, item: tuple[Any, Hashable, str | None]) -> bool:
+        return await self._apply(*item)
 
     def _counted(self, applied: bool) -> dict[str, Any]:
         if applied:
@@ -213,7 +226,11 @@ class Write(LoopClient, AsyncFunction[Any, dict[str, Any]]):
     async def close(self) -> None:
         await self.aclose()
 
+    async def aclose(self) -> None:
+        await self._close_gate()
+        await self._drop_client()
+
     def __getstate__(self) -> dict[str, Any]:
         state = self._without_client(self.__dict__.copy())
-        state["stats"] = WriteStats()
+        state.update(stats=WriteStats(), _gate=None, _gate_loop=None)
         return state

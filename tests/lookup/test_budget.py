@@ -22,7 +22,7 @@ import pytest
 from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
 from keyed_async_wait.app.quota import Quota
 from keyed_async_wait.core.exceptions import ConfigError
-from lookup import Budget, Cost, Field, HttpLookup, Limits, ServiceUnavailableError
+from lookup import Budget, Cost, Field, HttpLookup, HttpWrite, Limits, ServiceUnavailableError
 
 from ..core.helpers import run
 
@@ -275,3 +275,46 @@ def test_a_quota_in_any_form_and_short_window_is_followed(service: Any, redis_ur
     # the windows (a cold start, then two at most in each of two windows), then none
     assert quota.rejected <= (1 if form == "x-ratelimit" else 9), (quota.rejected, asked)
     assert quota.used() >= 0.85, quota.used()
+
+
+def test_writes_hold_the_budget_they_share_with_the_lookups_of_the_service(
+    service: Any, redis_url: str
+) -> None:
+    """An API that admits 40 calls per one-second window (IETF headers): fenced writes and
+    lookups of the same service, in two loops sharing one budget with no rate given, stay
+    within it together."""
+    url, state = service
+    quota = state.quota = Quota(calls=40, window=1.0)
+    name = f"t{uuid.uuid4().hex[:8]}"
+    write = HttpWrite(
+        url + "/records/{id}",
+        fields=["v"],
+        version="v",
+        limits=Limits(budget=Budget(redis_url, name, in_flight=20)),
+    )
+
+    def work(i: int) -> Any:
+        if i == 0:
+            op = KeyedAsyncWaitOperator(write, mode="key_ordered", key="id", output="pairs", retry=RETRY)
+
+            async def writes() -> list[Any]:
+                try:
+                    return [pair async for pair in op.process({"id": n % 30, "v": n} for n in range(120))]
+                finally:
+                    await write.aclose()
+
+            return run(writes(), bound=60)
+        return run(
+            through(users(url, Limits(budget=Budget(redis_url, name, in_flight=20))), rows(0, 120)), bound=60
+        )
+
+    written, looked_up = in_threads(2, work, bound=90)
+    assert all(res[0]["applied"] for _, res in written) and len(looked_up) == 120
+    assert quota.admitted == 240 and quota.rejected <= 1, quota.rejected
+    assert quota.used() >= 0.85, quota.used()
+    assert write.stats.applied == 120
+
+
+def test_a_write_takes_only_limits() -> None:
+    with pytest.raises(ConfigError, match="limits"):
+        HttpWrite("http://x/{id}", fields=["a"], version="v", limits={"rate": 5})  # type: ignore[arg-type]

@@ -227,3 +227,18 @@ def test_a_batch_larger_than_one_script_call_keeps_every_outcome_in_place(redis_
     mixed = [{"id": i, "v": 1 + 2 * (i % 2)} for i in range(250)]  # odd ids newer, even ids older
     pairs = run(write_all(again, mixed, batch_size=250, capacity=250))
     assert all(res == [{"applied": r["id"] % 2 == 1}] for r, res in pairs)
+
+
+def test_a_redis_write_holds_its_limits_a_batch_one_call(redis_url: str) -> None:
+    """``Limits(rate=20)``: 40 writes in batches of 10 are 4 calls, spaced by the rate (a
+    pipeline of a batch is one call of as many keys)."""
+    import time
+
+    from lookup import Limits
+
+    p = f"lim{uuid.uuid4().hex[:6]}"
+    fn = RedisWrite(redis_url, p + ":{id}", fields=["v"], version="v", limits=Limits(rate=20, burst=1))
+    started = time.monotonic()
+    pairs = run(write_all(fn, [{"id": i, "v": 1} for i in range(40)], batch_size=10, buffer_timeout=None))
+    assert all(res[0]["applied"] for _, res in pairs) and fn.stats.requests == 4
+    assert time.monotonic() - started >= 3 / 20 * 0.9  # four calls at 20 a second
