@@ -20,7 +20,8 @@ For each: the share of calls the service refused, the share of the quota used wh
 called (calls admitted / (Q x seconds from the first admitted call to the last)) and over the
 whole wall time (Spark's start and tail included), and the wall time. Then the shared cache: one job over 3
 executors whose rows ask 2,000 distinct keys, without and with ``SharedCache``, and the same
-job run again within the time to live: the calls the service got, and the wall time.
+job run again within the time to live, and with ``single_flight`` (one call per key for the
+whole job): the calls the service got, and the wall time.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=6_000, help="rows per job")
     parser.add_argument("--calls-per-s", type=int, default=300)
     parser.add_argument("--in-flight", type=int, default=40)
+    parser.add_argument("--cache-only", action="store_true", help="only the shared cache's part")
     args = parser.parse_args()
     q, k, n = args.calls_per_s, args.in_flight, args.rows
     spark = cluster_spark()
@@ -137,7 +139,7 @@ def main() -> None:
                 200,
             ),
         ]
-        for label, limits, capacity in ways:
+        for label, limits, capacity in ways if not args.cache_only else ():
             quota = state.quota = Quota(calls=q, in_flight=k, window=1.0)
             wall = two_jobs(spark, url, n, limits, capacity)
             asked = quota.admitted + quota.rejected
@@ -147,10 +149,14 @@ def main() -> None:
         state.quota = None
         cache_rows = []
         shared = SharedCache(redis_url, expire_after_write=600, name=f"bench{uuid.uuid4().hex[:6]}")
+        flight = SharedCache(
+            redis_url, expire_after_write=600, name=f"bench{uuid.uuid4().hex[:6]}", single_flight=5.0
+        )
         ways_cache = (
             ("each worker's cache (L1) only", None),
             ("L1 and the shared cache", shared),
             ("the same, run again", shared),
+            ("L1, shared cache, single flight", flight),
         )
         for label, cache in ways_cache:
             before = state.keys_asked

@@ -191,6 +191,8 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
             "shared_cache_hits": stats.shared_cache_hits,
             "deduplicated": stats.deduplicated,
         }
+        if self.shared_cache is not None and self.shared_cache.single_flight:
+            counts["shared_flight_waits"] = stats.shared_flight_waits
         counts.update(self.limit_counters())
         return counts
 

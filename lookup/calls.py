@@ -66,18 +66,31 @@ class LookupCalls(Gated):
         return answer
 
     async def _fetched(self, key: Hashable, units: float | None) -> Any:
-        """One key's answer: from the shared cache, else from the service (then kept there)."""
+        """One key's answer: from the shared cache, else from another worker's call of it in
+        flight (single flight), else from the service (then kept there)."""
         l2 = self._shared()
+        claimed = True
         if l2 is not None:
             [(found, kept)] = await l2.get_many([key])
             if found:
                 self.stats.shared_cache_hits += 1
                 return kept
+            [claimed] = await l2.claim_many([key])
+            if not claimed:
+                [(found, kept)] = await l2.wait_many([key])
+                if found:
+                    self.stats.shared_flight_waits += 1
+                    return kept
         self.stats.requests += 1
         self.stats.keys_fetched += 1
-        answer = await self._gated(self._service.fetch, key, 1, key, units)
+        try:
+            answer = await self._gated(self._service.fetch, key, 1, key, units)
+        except Exception:
+            if l2 is not None and claimed:
+                await l2.release_many([key])  # the others ask themselves now, not at its expiry
+            raise
         if l2 is not None:
-            await l2.put_many([(key, answer)])
+            await l2.put_many([(key, answer)], release=[key] if claimed else ())
         return answer
 
     async def _fetch_counted(
@@ -93,15 +106,49 @@ class LookupCalls(Gated):
         self.stats.shared_cache_hits += len(keys) - len(missing)
         if not missing:
             return [answer for _, answer in kept]
-        share = None if units is None else units * len(missing) / len(keys)
-        fresh = await self._batch_call(missing, share)
+        per_key = None if units is None else units / len(keys)
+        fresh = await self._fetch_missing(l2, missing, per_key)
         if isinstance(fresh, LookupServiceError):
             return fresh
-        await l2.put_many(
-            [(k, a) for k, a in zip(missing, fresh, strict=True) if not isinstance(a, BaseException)]
-        )
         answers = iter(fresh)
         return [answer if found else next(answers) for found, answer in kept]
+
+    async def _fetch_missing(
+        self, l2: SharedCacheClient, missing: list[Any], per_key: float | None
+    ) -> list[Any] | LookupServiceError:
+        """The answers of the keys the shared cache lacks: those this worker claims asked of
+        the service (kept, their claims given up) while it waits for the others' calls of the
+        rest; what no other call brought is asked too."""
+        claims = await l2.claim_many(missing)
+        mine = [key for key, claimed in zip(missing, claims, strict=True) if claimed]
+        theirs = [key for key, claimed in zip(missing, claims, strict=True) if not claimed]
+        asked, waited = await asyncio.gather(self._kept_call(l2, mine, per_key, True), l2.wait_many(theirs))
+        if isinstance(asked, LookupServiceError):
+            return asked
+        self.stats.shared_flight_waits += sum(found for found, _ in waited)
+        left = [key for key, (found, _) in zip(theirs, waited, strict=True) if not found]
+        late = await self._kept_call(l2, left, per_key, False)
+        if isinstance(late, LookupServiceError):
+            return late
+        answers = dict(zip(mine, asked, strict=True))
+        answers.update((key, answer) for key, (found, answer) in zip(theirs, waited, strict=True) if found)
+        answers.update(zip(left, late, strict=True))
+        return [answers[key] for key in missing]
+
+    async def _kept_call(
+        self, l2: SharedCacheClient, keys: list[Any], per_key: float | None, claimed: bool
+    ) -> list[Any] | LookupServiceError:
+        """One batch call for ``keys`` (none: no call), its answers kept in the shared cache."""
+        if not keys:
+            return []
+        fresh = await self._batch_call(keys, None if per_key is None else per_key * len(keys))
+        if isinstance(fresh, LookupServiceError):
+            if claimed:
+                await l2.release_many(keys)
+            return fresh
+        kept = [(k, a) for k, a in zip(keys, fresh, strict=True) if not isinstance(a, BaseException)]
+        await l2.put_many(kept, release=keys if claimed else ())
+        return fresh
 
     async def _batch_call(self, keys: list[Any], units: float | None) -> list[Any] | LookupServiceError:
         stats = self.stats

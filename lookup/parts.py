@@ -26,6 +26,7 @@ class LookupStats:
     keys_fetched: int = 0  # lookup keys asked of the service
     cache_hits: int = 0
     shared_cache_hits: int = 0  # answers found in the shared cache (L2, in Redis)
+    shared_flight_waits: int = 0  # answers another worker's call in flight brought (single flight)
     deduplicated: int = 0  # records served by a request another record had made
     misses: int = 0  # answers that found nothing
     errors: int = 0

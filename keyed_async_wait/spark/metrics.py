@@ -99,7 +99,8 @@ class AsyncWaitMetrics:
         "writes_stale",  # (the store held that version or a newer one), and skipped as superseded
         "writes_superseded",  # (coalesce=True: a newer record of the key waited)
         "set_aside",  # KEY_ORDERED: records of hot keys past blocked_capacity, spilled to local disk
-        "shared_cache_hits",  # answers found in a lookup's shared cache (L2, in Redis)
+        "shared_cache_hits",  # answers found in a lookup's shared cache (L2, in Redis), and
+        "shared_flight_waits",  # answers another worker's call of the key brought (single flight)
         "budget_waits",  # with a job-wide Budget: asks it refused (the call waited), milliseconds
         "budget_wait_ms",  # waited for it, and cost units charged (settled by the answers)
         "budget_units",

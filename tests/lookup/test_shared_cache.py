@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import redis
 
-from keyed_async_wait import KeyedAsyncWaitOperator
+from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError
 from keyed_async_wait.core.exceptions import ConfigError
 from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedCache
+from lookup.shared_cache import SharedCacheClient
 
 from ..core.helpers import run
 
@@ -141,3 +142,87 @@ def test_a_shared_cache_is_checked_when_made(redis_url: str) -> None:
         SharedCache(redis_url, expire_after_write=0)
     with pytest.raises(ConfigError, match="shared_cache"):
         HttpLookup("http://127.0.0.1:1/{id}", shared_cache="redis://x")  # type: ignore[arg-type]
+
+
+def _in_loops(count: int, work: Any) -> list[Any]:
+    """``work(i)`` in ``count`` threads, each its own event loop (as executors would be)."""
+    import threading
+
+    results: list[Any] = [None] * count
+    failures: list[BaseException] = []
+    go = threading.Barrier(count, timeout=30)
+
+    def body(i: int) -> None:
+        go.wait()
+        try:
+            results[i] = work(i)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads) and not failures, failures
+    return results
+
+
+@pytest.mark.parametrize("batch", [None, 25])
+def test_one_call_per_key_for_the_whole_job(service: Any, redis_url: str, batch: int | None) -> None:
+    """Three workers ask the same 150 users at the same moments: with single flight each user
+    is asked of the service once, the others waiting for that answer; without it, a key both
+    workers miss at once is asked by both."""
+    url, state = service
+    state.latency = 0.03
+    batch_url = f"{url}/users/batch" if batch else None
+
+    def job(flight: float | None) -> list[Any]:
+        shared = SharedCache(redis_url, expire_after_write=60, name=uuid.uuid4().hex, single_flight=flight)
+        fns = [users(url, shared, batch_url=batch_url) for _ in range(3)]
+        outs = _in_loops(3, lambda i: run(through(fns[i], rows(range(150)), batch_size=batch)))
+        return [outs, fns]
+
+    [outs, fns] = job(5.0)
+    assert state.keys_asked == 150  # each user once, job-wide
+    assert all(sorted(map(repr, out)) == sorted(map(repr, outs[0])) for out in outs)  # the same answers
+    waits = sum(fn.stats.shared_flight_waits for fn in fns)
+    hits = sum(fn.stats.shared_cache_hits for fn in fns)
+    assert waits > 0 and waits + hits == 300
+    state.keys_asked = 0
+    job(None)
+    assert state.keys_asked > 150  # without it, the same moment's misses are all asked
+
+
+def test_a_claim_whose_holder_died_delays_the_others_by_at_most_the_bound(
+    service: Any, redis_url: str
+) -> None:
+    """A worker killed mid-call leaves its claims: the others wait for them at most
+    ``single_flight`` seconds, then ask the service themselves; a call that fails gives its
+    claims up at once."""
+    import time
+
+    url, state = service
+    shared = SharedCache(redis_url, expire_after_write=60, name=uuid.uuid4().hex, single_flight=0.5)
+    fn = users(url, shared)
+    namespace = shared.namespace(fn.cache_identity(), fn.cache_credentials())
+    client = redis.Redis.from_url(redis_url)
+    try:
+        dead = SharedCacheClient(shared, namespace)
+        for user in (1, 2):  # claims of a dead worker, alive for 30 s
+            client.set(dead._claim_of(fn.request_key({"user_id": user})), "dead", px=30_000)
+        started = time.monotonic()
+        out = run(through(fn, rows(range(1, 3))))
+        waited = time.monotonic() - started
+        assert len(out) == 2 and all(results for _, results in out) and state.keys_asked == 2
+        assert 0.4 <= waited <= 2.0, waited  # the bound, not the dead claim's 30 s
+    finally:
+        client.close()
+    state.keys_asked = 0
+    patient = SharedCache(redis_url, expire_after_write=60, name=shared.name, single_flight=5.0)
+    state.fail(503, count=1)
+    with pytest.raises(RecordFailedError):
+        run(through(users(url, patient), rows(range(7, 8))))
+    started = time.monotonic()
+    again = run(through(users(url, patient), rows(range(7, 8))))
+    assert again[0][1] and time.monotonic() - started < 2.0  # not the 5 s of a claim left behind
