@@ -284,31 +284,31 @@ class ParkedStore:
         segments = [p for p in version.segments if only is None or p.batch in only]
         if not version.rows or not segments:
             return None
-        spark = self.spark
-        rows = None
-        for part in segments:
-            df = (
-                spark.read.schema(schema)
-                .parquet(self.path("seg", part.batch))
-                .withColumn("_kaw_file", F.lit(part.batch))
-            )
-            rows = df if rows is None else rows.unionByName(df)
-        assert rows is not None
+        # one scan over every segment (and one over every removal set), each row tagged with
+        # the micro-batch that wrote it, found from its file's slot: a union of one scan per
+        # part made a plan, code-generated afresh each micro-batch, that grew with the window
+        rows = self._scan("seg", segments, "_kaw_file", spark_schema=schema)
         if version.removals:
-            removed = None
-            for part in version.removals:
-                df = (
-                    spark.read.parquet(self.path("rm", part.batch))
-                    .select(*keys)
-                    .withColumn("_kaw_removed", F.lit(part.batch))
-                )
-                removed = df if removed is None else removed.unionByName(df)
-            assert removed is not None
+            removed = self._scan("rm", version.removals, "_kaw_removed").select(*keys, "_kaw_removed")
             condition = [rows[k].eqNullSafe(removed[k]) for k in keys] + [
                 removed["_kaw_removed"] > rows["_kaw_file"]
             ]
             rows = rows.join(removed, on=condition, how="left_anti")
         return rows.drop("_kaw_file")
+
+    def _scan(
+        self, kind: str, parts: Sequence[Part], tag: str, spark_schema: StructType | None = None
+    ) -> DataFrame:
+        """The rows of ``parts`` (of ``kind``) in one parquet scan, ``tag`` the micro-batch
+        each part holds (a part's directory is its slot: ``batch % slots``)."""
+        assert self.layout is not None
+        reader = self.spark.read if spark_schema is None else self.spark.read.schema(spark_schema)
+        df = reader.parquet(*(self.path(kind, part.batch) for part in parts))
+        slot = F.regexp_extract(F.input_file_name(), rf"/{kind}/(\d+)/[^/]+$", 1).cast("int")
+        batches = F.create_map(
+            *(F.lit(x) for part in parts for x in (part.batch % self.layout.slots, part.batch))
+        )
+        return df.withColumn(tag, batches[slot].cast("long"))
 
     # ------------------------------------------------------------------ writing
 

@@ -219,6 +219,14 @@ class Counted:
             self.most_ahead = max(self.most_ahead, self.read - self.out)
             yield row
 
+    async def through(self, op: KeyedAsyncWaitOperator) -> list[Any]:
+        """Every output of ``op`` over this source, each counted as it leaves."""
+        out = []
+        async for x in op.process(self):
+            self.out += 1
+            out.append(x)
+        return out
+
 
 @SETTINGS
 @given(
@@ -242,14 +250,7 @@ def test_a_bare_operator_with_a_hot_key_reads_at_most_a_stated_bound_ahead(
         set_aside_capacity=limit,
     )  # fmt: skip
 
-    async def main() -> list[Any]:
-        out = []
-        async for x in op.process(source):
-            source.out += 1
-            out.append(x)
-        return out
-
-    out = run(main())
+    out = run(source.through(op))
     assert sorted(ids(out)) == list(range(len(rows)))
     assert per_key(out) == per_key(rows)
     assert source.most_ahead <= 2 * capacity + bound + limit, source.most_ahead
@@ -265,14 +266,7 @@ def test_the_issue_shape_stays_within_its_bound_and_the_other_keys_run_meanwhile
         TurnsAction(), mode="key_ordered", key="k", capacity=4, blocked_capacity=30, set_aside_capacity=30
     )
 
-    async def main() -> list[Any]:
-        out = []
-        async for x in op.process(source):
-            source.out += 1
-            out.append(x)
-        return out
-
-    order = ids(run(main()))
+    order = ids(run(source.through(op)))
     assert source.most_ahead <= 68, source.most_ahead
     others = [r["id"] for r in rows if r["k"] != 0]
     last_hot = max(order.index(r["id"]) for r in rows if r["k"] == 0)

@@ -12,9 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from keyed_async_wait.core.exceptions import ConfigError
 from lookup import Budget, Cost, Field, HttpLookup, HttpWrite, Limits, ServiceUnavailableError
 
 from ..core.helpers import run
+from .loops import in_threads
 
 RETRY = RetryStrategy.fixed_delay(20, 0.05)
 
@@ -40,31 +39,6 @@ async def through(fn: HttpLookup, rows: list[dict[str, Any]], capacity: int = 50
         return [pair async for pair in op.process(rows)]
     finally:
         await fn.aclose()
-
-
-def in_threads(count: int, work: Callable[[int], Any], bound: float = 60) -> list[Any]:
-    """``work(i)`` in ``count`` threads started together (each its own event loop, as worker
-    processes would be); their results."""
-    results: list[Any] = [None] * count
-    failures: list[BaseException] = []
-    go = threading.Barrier(count, timeout=30)
-
-    def body(i: int) -> None:
-        go.wait()
-        try:
-            results[i] = work(i)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(bound)
-    assert not any(thread.is_alive() for thread in threads), "a worker did not finish in time"
-    if failures:
-        raise failures[0]
-    return results
 
 
 def rows(start: int, count: int, **extra: Any) -> list[dict[str, Any]]:

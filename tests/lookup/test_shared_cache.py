@@ -16,6 +16,7 @@ from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedC
 from lookup.shared_cache import SharedCacheClient
 
 from ..core.helpers import run
+from .loops import in_threads
 
 
 def users(url: str, shared: SharedCache | None, **kw: Any) -> HttpLookup:
@@ -144,30 +145,6 @@ def test_a_shared_cache_is_checked_when_made(redis_url: str) -> None:
         HttpLookup("http://127.0.0.1:1/{id}", shared_cache="redis://x")  # type: ignore[arg-type]
 
 
-def _in_loops(count: int, work: Any) -> list[Any]:
-    """``work(i)`` in ``count`` threads, each its own event loop (as executors would be)."""
-    import threading
-
-    results: list[Any] = [None] * count
-    failures: list[BaseException] = []
-    go = threading.Barrier(count, timeout=30)
-
-    def body(i: int) -> None:
-        go.wait()
-        try:
-            results[i] = work(i)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(t.is_alive() for t in threads) and not failures, failures
-    return results
-
-
 @pytest.mark.parametrize("batch", [None, 25])
 def test_one_call_per_key_for_the_whole_job(service: Any, redis_url: str, batch: int | None) -> None:
     """Three workers ask the same 150 users at the same moments: with single flight each user
@@ -180,7 +157,7 @@ def test_one_call_per_key_for_the_whole_job(service: Any, redis_url: str, batch:
     def job(flight: float | None) -> list[Any]:
         shared = SharedCache(redis_url, expire_after_write=60, name=uuid.uuid4().hex, single_flight=flight)
         fns = [users(url, shared, batch_url=batch_url) for _ in range(3)]
-        outs = _in_loops(3, lambda i: run(through(fns[i], rows(range(150)), batch_size=batch)))
+        outs = in_threads(3, lambda i: run(through(fns[i], rows(range(150)), batch_size=batch)))
         return [outs, fns]
 
     [outs, fns] = job(5.0)
