@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,19 @@ VERSION_SUFFIX = ":kaw-version"
 # for a SET, by Redis's commandstats). KEYS: per write its key and its version key. ARGV: per
 # write its version ('' = unfenced), command, ttl ms ('0' = none), tombstone ttl ms, the count
 # of values, then the value (SET), or (HSET) the count of field and value items, those items,
-# and the fields a NULL removes. Answers, per write: 1 applied, 0 stale (an older version), 2
-# the same version already held, or the error of that write alone (the others still run, in
-# order).
+# and the fields a NULL removes; before them all (ARGV[1]) the token of this call. A version
+# key holds ``version|token``: the same version found with this call's token is this very call
+# sent again (a client's retry after a lost answer), applied. Answers, per write: 1 applied, 0
+# stale (an older version), 2 the same version already held, or the error of that write alone
+# (the others still run, in order).
 SCRIPT = """
+local token = ARGV[1]
+local function split(held)
+  if not held then return nil, nil end
+  local bar = string.find(held, '|', 1, true)
+  if not bar then return held, '' end
+  return string.sub(held, 1, bar - 1), string.sub(held, bar + 1)
+end
 local function newer(new, held)
   if not held then return true end
   local n = math.min(#new, #held)
@@ -53,8 +63,12 @@ local function write(key, vkey, version, command, ttl, tomb, first, last)
   if version ~= '' then
     local held = redis.pcall('GET', vkey)
     if type(held) == 'table' and held.err then return held end
-    if version == held then return 2 end
-    if not newer(version, held) then return 0 end
+    local held_version, held_token = split(held)
+    if version == held_version then
+      if held_token == token then return 1 end
+      return 2
+    end
+    if not newer(version, held_version) then return 0 end
   end
   local done
   if command == 'DEL' then
@@ -76,11 +90,12 @@ local function write(key, vkey, version, command, ttl, tomb, first, last)
   end
   if type(done) == 'table' and done.err then return done end
   if version ~= '' then
-    if ttl ~= '0' then redis.call('SET', vkey, version, 'PX', ttl) else redis.call('SET', vkey, version) end
+    local kept = version .. '|' .. token
+    if ttl ~= '0' then redis.call('SET', vkey, kept, 'PX', ttl) else redis.call('SET', vkey, kept) end
   end
   return 1
 end
-local out, a = {}, 1
+local out, a = {}, 2
 for w = 1, #KEYS / 2 do
   local count = tonumber(ARGV[a + 4])
   local first = a + 5
@@ -350,6 +365,7 @@ class RedisWrite(Write):
         keys: list[Any] = []
         args: list[Any] = []
         members: list[int] = []
+        token = uuid.uuid4().hex[:12]  # this call's: the same command sent again carries it
         for i in group:
             record, target, version = items[i]
             try:
@@ -360,11 +376,11 @@ class RedisWrite(Write):
             keys += [target, version_key(str(target), cluster)]
             members.append(i)
             if len(members) == CHUNK:
-                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
+                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)
                 calls.append(members)
                 keys, args, members = [], [], []
         if members:
-            pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, *args)
+            pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)
             calls.append(members)
         return calls
 

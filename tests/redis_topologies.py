@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 import trustme
@@ -155,6 +156,21 @@ class SentinelGroup:
         finally:
             sentinel.close()
 
+    def replica_known(self) -> bool:
+        """Whether every sentinel knows the replica as a healthy one (a failover may pick it)."""
+        for port in self.sentinels:
+            sentinel = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+            try:
+                replicas = sentinel.execute_command("SENTINEL", "REPLICAS", self.service)
+            finally:
+                sentinel.close()
+            healthy = [
+                r for r in replicas if _flags(r) == {"slave"} and _field(r, "master-link-status") == "ok"
+            ]
+            if not healthy:
+                return False
+        return True
+
     def failover(self, seconds: float = 30.0) -> int:
         """Promote the replica (SENTINEL FAILOVER); the new master's port, once the sentinel
         announces the switch (its ``+switch-master`` event)."""
@@ -163,8 +179,15 @@ class SentinelGroup:
         try:
             events.subscribe("+switch-master")
             assert events.get_message(timeout=5)  # the subscription confirmed
-            sentinel.execute_command("SENTINEL", "FAILOVER", self.service)
             deadline = time.monotonic() + seconds
+            while True:  # NOGOODSLAVE while the sentinel's view of the replica is being refreshed
+                try:
+                    sentinel.execute_command("SENTINEL", "FAILOVER", self.service)
+                    break
+                except redis.ResponseError as exc:
+                    if "NOGOODSLAVE" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
             while time.monotonic() < deadline:
                 message = events.get_message(timeout=deadline - time.monotonic())
                 if message and message["type"] == "message":
@@ -173,6 +196,17 @@ class SentinelGroup:
         finally:
             events.close()
             sentinel.close()
+
+
+def _field(reply: Any, name: str) -> Any:
+    """A field of a sentinel's description of a node (a flat list, or a dict in RESP3)."""
+    if isinstance(reply, dict):
+        return reply.get(name)
+    return dict(zip(reply[::2], reply[1::2], strict=True)).get(name)
+
+
+def _flags(reply: Any) -> set[str]:
+    return set(str(_field(reply, "flags") or "").split(","))
 
 
 @contextmanager
@@ -202,6 +236,9 @@ def redis_sentinel(sentinels: int = 1) -> Iterator[SentinelGroup]:
                 assert node.execute_command("WAIT", 1, 20_000) >= 1, "the replica did not sync"
             finally:
                 node.close()
+            # a sentinel learns of the replica from the master's INFO (every 10 s at first):
+            # until then SENTINEL FAILOVER answers NOGOODSLAVE
+            wait_until(group.replica_known, "every sentinel knew the replica", seconds=60)
             yield group
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

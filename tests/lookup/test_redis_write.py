@@ -242,3 +242,26 @@ def test_a_redis_write_holds_its_limits_a_batch_one_call(redis_url: str) -> None
     pairs = run(write_all(fn, [{"id": i, "v": 1} for i in range(40)], batch_size=10, buffer_timeout=None))
     assert all(res[0]["applied"] for _, res in pairs) and fn.stats.requests == 4
     assert time.monotonic() - started >= 3 / 20 * 0.9  # four calls at 20 a second
+
+
+def test_a_write_sent_again_by_its_client_is_applied_and_a_rerun_is_stale(redis_url: str, db: Any) -> None:
+    """A client that sends a call again after losing its answer (redis-py's cluster pipeline
+    retries so) finds its own version with its own token: applied, not stale; another call
+    (a re-run) at the same version is stale; an older one too."""
+    from lookup.redis_write import SCRIPT
+
+    p = prefix()
+    fn = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
+    record = {"id": 1, "v": 5, "name": "five"}
+    target = fn.target(record)
+    args = fn._arguments(record, target, encode_version(5))
+    keys = [target, f"{target}:kaw-version"]
+    script = db.register_script(SCRIPT)
+    assert script(keys=keys, args=["call-a", *args]) == [1]
+    assert script(keys=keys, args=["call-a", *args]) == [1]  # the same call, sent again
+    assert script(keys=keys, args=["call-b", *args]) == [2]  # a re-run: the same version held
+    older = fn._arguments({**record, "v": 4}, target, encode_version(4))
+    assert script(keys=keys, args=["call-c", *older]) == [0]
+    assert json.loads(db.get(target)) == {"name": "five"}
+    rerun = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
+    assert [res[0]["applied"] for _, res in run(write_all(rerun, [record]))] == [False]
