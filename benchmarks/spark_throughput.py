@@ -1,8 +1,10 @@
 """Whole Spark jobs (local[2]): the three waits next to the usual alternatives, in one run.
 
-    ./run bench spark_throughput [--rows N] [--quick] [--json PATH]
+    ./run bench spark_throughput [--rows N] [--quick] [--json PATH] [--service python|nginx]
 
-A 20 ms HTTP service runs in its own process; each job enriches N rows (2,000 distinct keys)
+A 20 ms HTTP service runs in its own process (``--service nginx``: Debian's nginx with its
+echo module, which costs next to nothing per request, so the figures are the library's cost;
+see ``cheap_service.py``); each job enriches N rows (2,000 distinct keys)
 with one GET per row and writes to Spark's ``noop`` sink, so every row is really produced.
 Our runs have a 10 s timeout and 3 attempts (fixed 100 ms delay) switched on. Baselines:
 (a) a Python UDF calling ``requests`` per row (on a small slice: it runs at ~80 rows/s),
@@ -50,7 +52,7 @@ from keyed_async_wait.spark.compat import pyspark_version
 from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lookup_throughput import service_process
+from cheap_service import SERVICES, lookup_service
 
 KEYS = 2_000
 RETRY = RetryStrategy.fixed_delay(3, 0.1)
@@ -239,6 +241,7 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true", help="20,000 rows")
+    parser.add_argument("--service", choices=SERVICES, default="python", help="what answers the lookups")
     parser.add_argument("--pyflink", action="store_true", help="also run PyFlink's AsyncDataStream (d)")
     parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
@@ -262,8 +265,8 @@ def main() -> None:
         ratio = "".join(f"  {rate / results[b]:6.1f}x {b}" for b in ([base] if base else []) if b in results)
         print(f"  {label:<48} {rate:>9,.0f} rows/s{ratio}", flush=True)
 
-    with service_process(0.02) as url:
-        print(f"{n:,} rows, {KEYS:,} keys, HTTP service answering after 20 ms, local[2]")
+    with lookup_service(args.service, 0.02) as url:
+        print(f"{n:,} rows, {KEYS:,} keys, {args.service} HTTP service answering after 20 ms, local[2]")
         lookup = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
         # capacity counts finished records not yet handed on, as Flink's does: 200 keeps about
         # 100 requests in flight, like the hand-written job's semaphore of 100
