@@ -1,6 +1,11 @@
 """CPU per row of the Python workers, ours against hand-written asyncio with the same client.
 
     ./run bench cpu [--rows N] [--redis-rows M] [--rounds R] [--paths http,http_batch,...]
+                    [--service python|nginx]
+
+``--service nginx``: the HTTP paths ask Debian's nginx with its echo module, which costs next
+to nothing per request (``cheap_service.py``), instead of the project's Python test service;
+it serves no batch endpoint, so ``http_batch`` needs the Python service.
 
 Per path, our job and a hand-written ``mapInArrow`` + asyncio equivalent (same client library,
 same concurrency, no ordering, capacity or retries) run interleaved (A B, A B, ...) for R
@@ -51,7 +56,7 @@ from keyed_async_wait.app.embedded import redis_url_or_embedded
 from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
-from lookup_throughput import service_process
+from cheap_service import SERVICES, lookup_service
 from spark_throughput import KEYS, RETRY, SQL_SETTINGS, calibration, hand_written, local_spark, source
 
 Job = Callable[[], DataFrame]
@@ -269,7 +274,10 @@ def main() -> None:
     parser.add_argument(
         "--aiohttp", action="store_true", help="ours with aiohttp's client (KAW_HTTP=aiohttp)"
     )
+    parser.add_argument("--service", choices=SERVICES, default="python", help="what answers HTTP lookups")
     args = parser.parse_args()
+    if args.service == "nginx" and "http_batch" in args.paths.split(","):
+        parser.error("--service nginx serves no batch endpoint: leave http_batch out of --paths")
     # read by the workers, whose environment is fixed when Spark starts
     if args.plain:
         os.environ.update(KAW_EVENT_LOOP="asyncio", KAW_JSON="json")
@@ -278,7 +286,7 @@ def main() -> None:
     if args.python_gc:
         os.environ.update(KAW_GC="default")
     spark = local_spark()
-    with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
+    with lookup_service(args.service, 0.02) as url, redis_url_or_embedded() as redis_url:
         import sql_ext
 
         seed_prices(redis_url, max(KEYS, args.redis_rows))
