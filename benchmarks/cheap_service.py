@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from keyed_async_wait.app.embedded import stop_process
 from keyed_async_wait.app.service import free_port
 
 __all__ = ["SERVICES", "lookup_service", "nginx_echo"]
@@ -109,12 +110,7 @@ def nginx_echo(latency: float) -> Iterator[str]:
             _wait_ready(url, proc)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            stop_process(proc)
 
 
 @contextlib.contextmanager

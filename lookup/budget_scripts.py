@@ -92,8 +92,8 @@ if quiet then
   end
   cold = 20 * 2 ^ math.min(20, math.max(0, now - began))
   if cold > 5000 then cold = 0 end
-  local cap = num('ss_cap', 0)
-  if cap > 0 and (limit <= 0 or cap < limit) then limit, source = cap, 'quota not known yet' end
+  local ss_cap = num('ss_cap', 0)
+  if ss_cap > 0 and (limit <= 0 or ss_cap < limit) then limit, source = ss_cap, 'quota not known yet' end
 end
 local others, total = false, 0
 for _, g in ipairs(redis.call('ZRANGE', G, 0, -1)) do
@@ -203,9 +203,6 @@ if retry_after > 0 then
     redis.call('HSET', S, 'ra_start', ends, 'ra_n', 0)
   end
 end
-if ARGV[9] ~= '' or ARGV[11] ~= '' or ARGV[14] ~= '' or ARGV[16] ~= '' then
-  redis.call('HSET', S, 'heard', now + 60, 's_learned', 0)  -- the service states its quota
-end
 if outcome == 'ok' then
   redis.call('HINCRBY', S, 'ra_n', 1)  -- calls admitted since the window began
 elseif outcome == 'overload' and num('s_rate_until', 0) <= now then
@@ -217,6 +214,9 @@ if num('s_rate_until', 0) > now then redis.call('HDEL', S, 'ss_cap') end
 local function said(prefix, at)
   local remaining, reset, limit, window = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local exact = ARGV[at + 4] == '1'
+  if remaining ~= '' or limit ~= '' then
+    redis.call('HSET', S, 'heard', now + 60, 's_learned', 0)  -- the service states its quota
+  end
   if reset ~= '' and limit ~= '' and window == '' then
     -- a window the service does not state (X-RateLimit-*) is learned from its resets: the
     -- longest seen lately, as an answer at a window's start sees nearly the whole of it

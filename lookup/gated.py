@@ -7,9 +7,11 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+from keyed_async_wait.core.exceptions import ConfigError
+
 from .limits import Gate, Limits, ThrottleStats, through_gate
 
-__all__ = ["Gated"]
+__all__ = ["Gated", "checked_limits"]
 
 
 class Gated:
@@ -80,8 +82,6 @@ class Gated:
 
 def checked_limits(limits: Any) -> Limits | None:
     """``limits=`` checked when a lookup or a write is made."""
-    from keyed_async_wait.core.exceptions import ConfigError
-
     if limits is not None and not isinstance(limits, Limits):
         raise ConfigError("limits", limits, "a Limits(...) or None")
     return limits

@@ -261,7 +261,7 @@ class RedisConnection:
 
     async def open(self) -> tuple[Any, bool]:
         """A client of the running loop, and whether it is a cluster's (asked of the node when
-        ``cluster`` is None: :func:`_is_cluster`)."""
+        ``cluster`` is None: :func:`_mode_is_cluster`)."""
         if self.sentinel:
             return self._sentinel_client(), False
         if self.cluster:
@@ -272,8 +272,11 @@ class RedisConnection:
         try:
             try:
                 enabled = _mode_is_cluster(await client.execute_command("HELLO"))
-            except redis.exceptions.ResponseError as refused:  # Redis < 6, or HELLO not allowed
-                enabled = _info_is_cluster(await _info_or_refused(client.info("cluster"), refused, self))
+            except redis.exceptions.ResponseError as refused:  # Redis < 6.2, or HELLO renamed away
+                try:
+                    enabled = _info_is_cluster(await client.info("cluster"))
+                except redis.exceptions.ResponseError:
+                    raise _no_discovery(refused, self) from None
         except BaseException:
             await client.aclose()
             raise
@@ -405,15 +408,6 @@ def _mode_is_cluster(reply: Any) -> bool:
 
 def _info_is_cluster(info: Any) -> bool:
     return bool(int(info.get("cluster_enabled", 0)))
-
-
-async def _info_or_refused(asked: Any, refused: BaseException, connection: RedisConnection) -> Any:
-    """``INFO cluster``'s answer; when the user may run neither it nor HELLO, an error naming
-    the permissions and the option that avoids asking."""
-    try:
-        return await asked
-    except redis.exceptions.ResponseError:  # not allowed, or renamed away as HELLO was
-        raise _no_discovery(refused, connection) from None
 
 
 def _no_discovery(refused: BaseException, connection: RedisConnection) -> BaseException:

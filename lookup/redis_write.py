@@ -336,7 +336,7 @@ class RedisWrite(Write):
         """A write's answer with the replicas' word on it: 1 applied (unsure until enough
         replicas hold it), 0 stale, 2 its own version found again (this write's own, when an
         earlier attempt of it was unsure; else a re-run's, stale)."""
-        if answer not in (1, 2) or isinstance(answer, bool):
+        if answer not in (1, 2):
             return answer
         mark = (item[1], item[2])
         if answer == 2 and mark not in self._unsure:

@@ -33,7 +33,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,7 +155,6 @@ def _digest(text: str, size: int) -> str:
 @dataclass
 class SharedCacheStats:
     hits: int = 0  # answers (and misses) found
-    flight_waits: int = 0  # answers another worker's call brought (single flight)
     stored: int = 0
     unstorable: int = 0  # answers JSON cannot hold: not kept
     unreachable: int = 0  # asks and stores that failed: the service was asked instead
@@ -169,7 +167,6 @@ class SharedCacheClient:
         self.cache = cache
         self.prefix = f"kaw:cache:{namespace}:"
         self.flight_prefix = f"kaw:flight:{namespace}:"
-        self._token = uuid.uuid4().hex[:12]  # this client's claims
         self.stats = SharedCacheStats()
         self._client: RedisClient = cache.connection.connect()
         self._warned = False
@@ -196,7 +193,7 @@ class SharedCacheClient:
             async with self._client.held() as client:
                 pipe = client.pipeline(transaction=False)
                 for key in keys:
-                    pipe.set(self._claim_of(key), self._token, nx=True, px=ttl_ms)
+                    pipe.set(self._claim_of(key), b"1", nx=True, px=ttl_ms)
                 return [bool(done) for done in await pipe.execute()]
         except Exception as exc:  # noqa: BLE001 - never needed for a right answer
             self._unreachable(exc)
@@ -243,7 +240,6 @@ class SharedCacheClient:
                 elif claim is not None:
                     still.append(i)  # still being asked; a claim gone without an answer: ask
             open_ = still
-        self.stats.flight_waits += sum(found for found, _ in out)
         return out
 
     async def get_many(self, keys: Sequence[Hashable]) -> list[tuple[bool, Any]]:

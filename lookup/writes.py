@@ -228,7 +228,7 @@ class Write(LoopClient, Gated, AsyncFunction[Any, dict[str, Any]]):
 
     async def aclose(self) -> None:
         await self._close_gate()
-        await self._drop_client()
+        await super().aclose()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self._without_client(self.__dict__.copy())

@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .service import free_port
 
-__all__ = ["embedded_redis", "redis_process", "redis_server_binary"]
+__all__ = ["embedded_redis", "redis_process", "redis_server_binary", "stop_process"]
 
 
 def redis_server_binary() -> str:
@@ -52,6 +53,16 @@ def _die_with_parent() -> Callable[[], None] | None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
     return arrange
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Stop a server started here: SIGTERM, then SIGKILL if it has not exited in 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 @contextmanager
@@ -88,12 +99,7 @@ def redis_process(
             raise RuntimeError("redis-server did not start:\n" + "".join(lines[-20:]))
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
         watcher.join(10)
         if proc.stdout is not None:
             proc.stdout.close()

@@ -6,9 +6,10 @@ import asyncio
 import types
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import aclosing
 from typing import Any, TypeVar
 
-from keyed_async_wait import KeyedAsyncWaitOperator, Watermark
+from keyed_async_wait import KeyedAsyncWaitOperator, OperatorSnapshot, Watermark
 
 T = TypeVar("T")
 
@@ -83,6 +84,21 @@ def run(coro: Awaitable[T], bound: float = 20.0) -> T:
 
 async def collect(op: KeyedAsyncWaitOperator, source: Any) -> list[Any]:
     return [x async for x in op.process(source)]
+
+
+async def taken_then_snapshot(
+    op: KeyedAsyncWaitOperator, source: Any, cut: int
+) -> tuple[list[Any], OperatorSnapshot]:
+    """The first ``cut`` outputs of ``op`` over ``source``, then its snapshot, taken while the
+    consumer holds the last of them (``cut`` 0: before any output)."""
+    taken: list[Any] = []
+    async with aclosing(op.process(source)) as outputs:
+        if cut:
+            async for x in outputs:
+                taken.append(x)
+                if len(taken) >= cut:
+                    break
+        return taken, op.snapshot()
 
 
 def epochs_of(inputs: list[Any]) -> dict[int, int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from keyed_async_wait import (
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress, ddl_names
 from keyed_async_wait.core.keys import key_group_for, key_group_range
 
-from .helpers import Flaky, next_turn, run
+from .helpers import Flaky, next_turn, run, taken_then_snapshot
 
 STEPS = ("first", "second", "third")
 
@@ -129,19 +128,9 @@ def test_a_snapshot_resumes_each_record_at_the_step_it_reached(
     rows = records_of(n, keys, lats)
     source = iter(rows)
 
-    async def first_run() -> tuple[list[Any], bytes]:
-        op = KeyedAsyncWaitOperator(make_chain(log, 3, {}), mode="key_ordered", key="k", capacity=capacity)
-        taken: list[Any] = []
-        async with aclosing(op.process(source)) as outputs:
-            if cut:
-                async for x in outputs:
-                    taken.append(x)
-                    if len(taken) >= cut:
-                        break
-            return taken, op.snapshot().to_bytes()  # the checkpoint: bytes, at this point
-
-    before, data = run(first_run())
-    snap = OperatorSnapshot.from_bytes(data)
+    first = KeyedAsyncWaitOperator(make_chain(log, 3, {}), mode="key_ordered", key="k", capacity=capacity)
+    before, taken = run(taken_then_snapshot(first, source, cut))
+    snap = OperatorSnapshot.from_bytes(taken.to_bytes())  # the checkpoint: bytes
     reached = {
         rec.record["id"]: list(ChainProgress.of(rec.record).done)
         for group in snap.key_groups.values()

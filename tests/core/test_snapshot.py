@@ -28,7 +28,7 @@ from keyed_async_wait import (
 )
 from keyed_async_wait.core.keys import stable_hash, subtask_for_key_group
 
-from .helpers import TurnsAction, collect, run, until
+from .helpers import TurnsAction, collect, run, taken_then_snapshot, until
 
 
 def _restore_and_finish(
@@ -71,19 +71,8 @@ def test_snapshot_restored_at_another_parallelism_emits_each_record_once(
     result_of = (lambda r: [{"id": r["id"], "k": r["k"], "part": p} for p in (0, 1)]) if multi else None
     source: Iterator[Any] = iter(records)
 
-    async def first_run() -> tuple[list[Any], OperatorSnapshot]:
-        op = KeyedAsyncWaitOperator(TurnsAction(result_of=result_of), mode=mode, key="k", capacity=capacity)
-        taken: list[Any] = []
-        async with aclosing(op.process(source)) as outputs:
-            if cut == 0:
-                return taken, op.snapshot()
-            async for x in outputs:
-                taken.append(x)
-                if len(taken) >= cut:
-                    break
-            return taken, op.snapshot()
-
-    before, snap = run(first_run())
+    first = KeyedAsyncWaitOperator(TurnsAction(result_of=result_of), mode=mode, key="k", capacity=capacity)
+    before, snap = run(taken_then_snapshot(first, source, cut))
     snap = OperatorSnapshot.from_bytes(snap.to_bytes())
     rest = list(source)
     after = _restore_and_finish(snap, rest, mode, parallelism, capacity, result_of)
@@ -222,18 +211,8 @@ def test_new_input_routed_with_the_public_routing_meets_its_restored_records(
     records = [{"id": i, "k": f"key{i % keys}", "j": i % 2, "lat": (i * 7) % 4} for i in range(n)]
     source = iter(records)
 
-    async def first_run() -> tuple[list[Any], OperatorSnapshot]:
-        op = KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key=key, capacity=3)
-        taken: list[Any] = []
-        async with aclosing(op.process(source)) as outputs:
-            if cut:
-                async for x in outputs:
-                    taken.append(x)
-                    if len(taken) >= cut:
-                        break
-            return taken, op.snapshot()
-
-    before, snap = run(first_run())
+    first = KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key=key, capacity=3)
+    before, snap = run(taken_then_snapshot(first, source, cut))
     rest = list(source)  # what the first run had not read
     ops = [KeyedAsyncWaitOperator(TurnsAction(), mode="key_ordered", key=key) for _ in range(parallelism)]
     routed: list[list[Any]] = [[] for _ in range(parallelism)]
