@@ -2,7 +2,7 @@
 
     ./run bench cpu_profile [--rows N] [--path http|http_batch|redis|redis_mget]
                             [--rounds R] [--keys K] [--capacity C] [--profile ours|hand] [--top K]
-                            [--only ours|hand] [--cycles]
+                            [--only ours|hand] [--cycles] [--service python|nginx]
 
 What ``benchmarks/cpu.py`` measures inside Spark's workers, without Spark around it: the
 ``mapInArrow`` function of our ``key_ordered_wait`` (taken from the DataFrame call as Spark
@@ -18,7 +18,8 @@ the objects a task leaves in reference cycles; ``--capacity`` sets ours' capacit
 that neither side's CPU seconds include the other core's work running beside it (steadier
 figures here); ``KAW_GC=default`` in the environment runs ours
 without its collector tuning; ``--only`` runs one side, for a sampling profiler around the script
-(``py-spy record -- .venv/bin/python benchmarks/cpu_profile.py --only ours``).
+(``py-spy record -- .venv/bin/python benchmarks/cpu_profile.py --only ours``); ``--service nginx``
+asks the nearly free nginx service of ``cheap_service.py`` on the ``http`` path.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(__file__))
+from cheap_service import SERVICES, lookup_service
 from cpu import hand_http_batch, hand_redis, seed_prices
 from spark_throughput import KEYS, RETRY, hand_written, local_spark, source
 
@@ -122,11 +124,10 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--only", choices=["ours", "hand"], default=None, help="run one side (for py-spy)")
     parser.add_argument("--cycles", action="store_true", help="count the objects left in cycles")
+    parser.add_argument("--service", choices=SERVICES, default="python", help="who answers the HTTP path")
     args = parser.parse_args()
     spark = local_spark()
-    from lookup_throughput import service_process
-
-    with service_process(0.02) as url, redis_url_or_embedded() as redis_url:
+    with lookup_service(args.service, 0.02) as url, redis_url_or_embedded() as redis_url:
         seed_prices(redis_url, max(KEYS, 2 * args.keys))
         common: dict[str, Any] = {"num_partitions": 2, "timeout": 10.0, "retry": RETRY}
         users = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)

@@ -164,12 +164,27 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
 
     # ------------------------------------------------------------------ what the engine reads
 
+    #: True when the service's ``fetch`` may be started outside any task (it yields before
+    #: anything that needs one): a lookup without limits or a shared cache then sends its
+    #: request in the engine's own step, without a loop turn first
+    fetch_outside_task = False
+
     @property
     def eager_start(self) -> bool:  # type: ignore[override]
-        """Eager only with a cache: hits then finish without a task; misses yield once (below)
-        before any I/O, so the request runs inside its task. Without a cache eagerness would
-        only cost that extra loop turn."""
-        return self.cache is not None
+        """Eager with a cache (hits finish without a task) or when a call needs no task of its
+        own before its first wait (see :meth:`_needs_own_task`). Otherwise a miss yields once
+        before any I/O, and eagerness would only cost that extra loop turn."""
+        return self.cache is not None or not self._needs_own_task()
+
+    def _needs_own_task(self) -> bool:
+        """Whether a call must yield once before its first I/O, to run inside its own task:
+        the limits and the shared cache keep per-call state there (a context variable, their
+        timeouts), and so may a service that does not say otherwise."""
+        return (
+            self.limits is not None
+            or self.shared_cache is not None
+            or not getattr(self._service, "fetch_outside_task", False)
+        )
 
     null_key_is_miss = True  # SQL: a NULL key field is a miss without a call, as a NULL join key
 
@@ -256,12 +271,13 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
             if cached is not MISS:
                 self.stats.cache_hits += 1
                 return self._result(cached, key)
-        await suspend()
-        if cache is not None:  # filled while we yielded?
-            cached = cache.get(key)
-            if cached is not MISS:
-                self.stats.cache_hits += 1
-                return self._result(cached, key)
+        if self._needs_own_task():
+            await suspend()
+            if cache is not None:  # filled while we yielded?
+                cached = cache.get(key)
+                if cached is not MISS:
+                    self.stats.cache_hits += 1
+                    return self._result(cached, key)
         if self.dedup and key in self._inflight:
             shared = self._inflight[key]
             if shared is None:

@@ -34,6 +34,7 @@ from .exceptions import (
 from .http_lean import WireError
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer, Transport
+from .parts import suspend
 from .secrets import Redactor, redact_url
 
 __all__ = [
@@ -111,6 +112,7 @@ class AiohttpTransport:
         headers: Mapping[str, str] | None,
         data: Any,
     ) -> Answer:
+        await suspend()  # may be started outside a task: aiohttp's timeouts need the caller's
         proxy = self._proxy_for(url)
         async with self.session.request(
             method, url, params=params, headers=headers or None, data=data, allow_redirects=False, proxy=proxy
@@ -189,7 +191,9 @@ async def send(
     said = {"lookup_key": key, "service": service, "action": action}
     try:
         target = wire_url(url)
-        answer = await _follow(transport, method, target, params, headers, data)
+        answer = await transport.request(method, target, params, headers, data)
+        if answer.status in _REDIRECTS and answer.headers.get("Location"):
+            answer = await _follow(transport, method, target, params, headers, data, answer)
     except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
         error: Exception = LookupTimeoutError(f"no answer within {request_timeout:g} s", **said)
         raise error from _cause(error, exc, redactor)
@@ -218,16 +222,15 @@ async def send(
 
 
 async def _follow(
-    transport: Transport, method: str, target: yarl.URL, params: Any, headers: Any, data: Any
+    transport: Transport, method: str, target: yarl.URL, params: Any, headers: Any, data: Any, answer: Answer
 ) -> Answer | None:
-    """The answer once no redirect follows, or None after :data:`MAX_REDIRECTS` of them."""
-    origin = None  # the first request's, worked out at its first redirect
-    for _ in range(MAX_REDIRECTS + 1):
-        answer = await transport.request(method, target, params, headers, data)
+    """The answer once no redirect follows ``answer`` (the first request's), or None after
+    :data:`MAX_REDIRECTS` of them."""
+    origin = target.origin()
+    for _ in range(MAX_REDIRECTS):
         location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
         if not location:
             return answer
-        origin = origin or target.origin()
         target = target.join(yarl.URL(location))
         if target.origin() != origin:
             kept = (headers or {}).items()
@@ -235,7 +238,9 @@ async def _follow(
             origin = target.origin()  # once dropped, credentials stay dropped
         method, data = _next_hop(method, answer.status, data)
         params = None  # the Location carries its own query
-    return None
+        answer = await transport.request(method, target, params, headers, data)
+    location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
+    return None if location else answer
 
 
 def _from_proxy(answer: Answer) -> bool:

@@ -39,9 +39,13 @@ import httptools
 import yarl
 from multidict import CIMultiDict
 
+from keyed_async_wait.core.deadlines import Deadlines
+
 from .http_connect import Resolver, open_socket
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer
+from .parts import suspend
+from .slots import Slots
 
 if sys.version_info >= (3, 11):
     _deadline = asyncio.timeout
@@ -62,6 +66,10 @@ _PARSE_ERRORS = (httptools.HttpParserError, httptools.HttpParserUpgrade)
 _USER_AGENT = "keyed-async-wait"
 # framing is ours: a header the caller gives with one of these names is not sent
 _FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
+# what a request sends unless the caller gives its own
+_DEFAULT_HEADERS = f"User-Agent: {_USER_AGENT}\r\nAccept: */*\r\n"
+# methods whose request has no Content-Length unless they carry a body
+_WITHOUT_BODY = frozenset({"GET", "DELETE", "OPTIONS", "HEAD"})
 # methods a request may be sent again for when a kept-alive connection turned out closed
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
 
@@ -77,8 +85,9 @@ class _Stale(WireError):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: writes a request, parses its answer."""
 
-    def __init__(self, on_lost: Any) -> None:
+    def __init__(self, on_lost: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._on_lost = on_lost
+        self._loop = loop
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Answer] | None = None
@@ -172,12 +181,13 @@ class _Connection(asyncio.Protocol):
 
     # --------------------------------------------------------------- the exchange
 
-    async def exchange(self, request: bytes) -> Answer:
+    def send(self, request: bytes) -> asyncio.Future[Answer]:
+        """Write ``request``; the future of its answer."""
         assert self._transport is not None
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter = self._loop.create_future()
         self._got_bytes = False
         self._transport.write(request)
-        return await waiter
+        return waiter
 
     def close(self) -> None:
         self.reusable = False
@@ -210,7 +220,11 @@ class _Connection(asyncio.Protocol):
         self.reusable = reusable and not self.lost
         waiter.set_result(answer)
 
-    def _fail(self, error: WireError, waiter: asyncio.Future[Answer] | None = None) -> None:
+    def expire(self) -> None:
+        """The request's time ran out: its waiter gets ``TimeoutError``, the connection is dropped."""
+        self._fail(TimeoutError())
+
+    def _fail(self, error: Exception, waiter: asyncio.Future[Answer] | None = None) -> None:
         waiter, self._waiter = waiter or self._waiter, None
         self.abort()
         if waiter is not None and not waiter.done():
@@ -254,6 +268,10 @@ def _inflate(data: bytes, wbits: int) -> tuple[bytes, bytes]:
 def request_bytes(method: str, url: yarl.URL, headers: Mapping[str, str] | None, body: bytes | None) -> bytes:
     """The request as it goes on the wire; a header name or value that would break the framing
     (a line break or NUL) is refused, as aiohttp refuses it."""
+    if not headers and body is None and method in _WITHOUT_BODY:  # a plain GET: one piece
+        host = url.host_port_subcomponent
+        if host:
+            return f"{method} {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\n{_DEFAULT_HEADERS}\r\n".encode()
     given = {name.lower() for name in headers} if headers else set()
     host = url.host_port_subcomponent if "host" not in given else None  # the caller's Host wins
     lines = [f"{method} {url.raw_path_qs} HTTP/1.1\r\n" + (f"Host: {host}\r\n" if host else "")]
@@ -276,7 +294,14 @@ def request_bytes(method: str, url: yarl.URL, headers: Mapping[str, str] | None,
 
 
 class LeanTransport:
-    """Keep-alive connections per origin, at most ``max_connections`` open; see the module."""
+    """Keep-alive connections per origin, at most ``max_connections`` open; see the module.
+
+    Made in the event loop it serves. A request may be started outside any task (a lookup
+    started eagerly): with a free slot and an idle connection it writes at once and its
+    deadline is an entry in a timer wheel that fails the answer's future; anything that may
+    wait (a slot, a new connection) first yields once, so it runs inside the caller's task,
+    under ``asyncio.timeout``.
+    """
 
     def __init__(
         self,
@@ -284,17 +309,21 @@ class LeanTransport:
         request_timeout: float,
         options: ClientOptions | None = None,
     ) -> None:
+        self._loop = asyncio.get_running_loop()
         self._max = max_connections
         self._resolver = Resolver()
         self._timeout = request_timeout
         self._options = options or ClientOptions()
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = Slots(max_connections, self._loop)
         # idle connections per origin, each with the loop time it became idle
         self._idle: dict[tuple[str, str, int], list[tuple[float, _Connection]]] = {}
         self._open = 0
         self._tls: ssl.SSLContext | None = None
         self._closed = False
         self._all_closed: asyncio.Event | None = None  # made by aclose, set when none is open
+        # a request on an idle connection: one wheel entry, not a timer of its own (1% of the
+        # timeout late at most, as the operator's own record timeouts)
+        self._deadlines = Deadlines(min(0.05, request_timeout / 100), self._loop.call_at, _Connection.expire)
 
     @property
     def open_connections(self) -> int:
@@ -315,7 +344,23 @@ class LeanTransport:
         if url.scheme not in ("http", "https") or not url.raw_host:
             raise WireError(f"cannot send to a {url.scheme or 'relative'} URL")
         origin = (url.scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
-        async with _deadline(self._timeout), self._slots:
+        timeout = self._timeout
+        if self._slots.try_take():
+            conn = self._idle_connection(origin)
+            if conn is None:
+                self._slots.give()
+            else:  # the common case: nothing to wait for but the answer
+                started = self._loop.time()
+                try:
+                    return await self._use(conn, origin, request, started + timeout)
+                except _Stale:
+                    if method not in _IDEMPOTENT:
+                        raise
+                finally:
+                    self._slots.give()
+                timeout -= self._loop.time() - started
+        await suspend()  # what follows may wait: inside the caller's task, as asyncio's timeout needs
+        async with _deadline(timeout), self._slots:
             conn = self._idle_connection(origin)
             if conn is not None:
                 try:
@@ -337,15 +382,24 @@ class LeanTransport:
             self._all_closed = asyncio.Event()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._all_closed.wait(), 1.0)
+        if self._open == 0:
+            self._deadlines.close()
 
-    async def _use(self, conn: _Connection, origin: tuple[str, str, int], request: bytes) -> Answer:
+    async def _use(
+        self, conn: _Connection, origin: tuple[str, str, int], request: bytes, deadline: float | None = None
+    ) -> Answer:
+        """The answer ``conn`` gets to ``request``; by ``deadline`` (a loop time) when given."""
+        bucket = self._deadlines.arm(conn, deadline) if deadline is not None else None
         try:
-            answer = await conn.exchange(request)
+            answer = await conn.send(request)
         except BaseException:
             conn.abort()  # an answer may still come: nobody may read it
             raise
+        finally:
+            if bucket is not None:
+                self._deadlines.disarm(conn, bucket)
         if conn.reusable and not self._closed:
-            self._idle.setdefault(origin, []).append((asyncio.get_running_loop().time(), conn))
+            self._idle.setdefault(origin, []).append((self._loop.time(), conn))
         else:
             conn.close()
         return answer
@@ -354,7 +408,7 @@ class LeanTransport:
         idle = self._idle.get(origin)
         if not idle:
             return None
-        expired = asyncio.get_running_loop().time() - IDLE_SECONDS
+        expired = self._loop.time() - IDLE_SECONDS
         while idle and idle[0][0] < expired:  # oldest first: the server may have closed them
             idle.pop(0)[1].close()
         while idle:
@@ -373,8 +427,11 @@ class LeanTransport:
             infos = await self._resolver.addresses(host, port)
             sock = await open_socket(infos, _HAPPY_EYEBALLS_DELAY)
             try:
-                _, conn = await asyncio.get_running_loop().create_connection(
-                    lambda: _Connection(self._lost), sock=sock, ssl=tls, server_hostname=host if tls else None
+                _, conn = await self._loop.create_connection(
+                    lambda: _Connection(self._lost, self._loop),
+                    sock=sock,
+                    ssl=tls,
+                    server_hostname=host if tls else None,
                 )
             except BaseException:
                 sock.close()

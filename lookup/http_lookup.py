@@ -119,6 +119,7 @@ class HttpLookup(LoopClient, Lookup):
     """
 
     service_name = "http"
+    fetch_outside_task = True  # its transports yield before anything that needs the caller's task
 
     def __init__(
         self,

@@ -22,6 +22,10 @@ class Answer(NamedTuple):
 
 
 class Transport(Protocol):
+    """An HTTP client of one event loop. ``request`` may be started outside any task (a lookup
+    started eagerly runs up to its first suspension in the engine's own step): whatever needs
+    the caller's task (``asyncio.timeout``) comes after the transport's first suspension."""
+
     async def request(
         self,
         method: str,

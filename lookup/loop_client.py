@@ -5,6 +5,7 @@ is closed"), and a worker may run several loops over its life, so a new loop get
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 __all__ = ["LoopClient"]
@@ -16,6 +17,7 @@ class LoopClient:
 
     _client: Any = None
     _client_loop: asyncio.AbstractEventLoop | None = None
+    _client_thread: int | None = None
 
     def _make_client(self) -> Any:
         raise NotImplementedError
@@ -25,10 +27,16 @@ class LoopClient:
 
     def client(self) -> Any:
         """The client of the running event loop, made on first use in that loop."""
+        loop = self._client_loop
+        # the client's loop running in this thread is the running loop: asked without
+        # asyncio.get_running_loop(), which costs a getpid() system call per call on 3.11
+        if loop is not None and loop.is_running() and self._client_thread == threading.get_ident():
+            return self._client
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
             self._client = self._make_client()
             self._client_loop = loop
+            self._client_thread = threading.get_ident()
         return self._client
 
     async def _drop_client(self) -> None:

@@ -97,7 +97,8 @@ class Template:
                     raise TemplateError(self.text, field, record) from None
                 if value is None:
                     raise TemplateError(self.text, field, record)
-                out.append(self._quote(str(value)))
+                # an int's text needs no quoting: most keys are ints, and quote() is slow
+                out.append(str(value) if type(value) is int else self._quote(str(value)))
         return "".join(out)
 
     def __repr__(self) -> str:

@@ -244,6 +244,40 @@ def test_an_answer_after_the_timeout_never_reaches_another_request() -> None:
     run(main())
 
 
+def test_a_request_on_a_kept_alive_connection_times_out_too() -> None:
+    """The common case (a free slot, an idle connection) keeps its deadline without a timer of
+    its own: it still ends at ``request_timeout`` and drops the connection."""
+    dropped = asyncio.Event()
+
+    async def script(path: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        user = path.rsplit("/", 1)[1]
+        if user == "1":  # the second request of the connection: never answered
+            assert await asyncio.wait_for(reader.read(), WAIT) == b""
+            dropped.set()
+            return False
+        writer.write(ok(profile(user)))
+        return True
+
+    async def main() -> None:
+        server = Server(script)
+        async with server.running() as url:
+            fn = HttpLookup(f"{url}/u/{{id}}", fields=[Field("name")], max_connections=1, request_timeout=0.3)
+            loop = asyncio.get_running_loop()
+            try:
+                assert await fn.invoke({"id": "0"}) == [{"name": "user-0"}]
+                started = loop.time()
+                with pytest.raises(LookupTimeoutError, match="0.3 s"):
+                    await asyncio.wait_for(fn.invoke({"id": "1"}), WAIT)
+                assert 0.3 <= loop.time() - started < 0.3 + 1.0
+                await asyncio.wait_for(dropped.wait(), WAIT)
+                assert await fn.invoke({"id": "2"}) == [{"name": "user-2"}]
+            finally:
+                await fn.aclose()
+            assert server.paths == ["/u/0", "/u/1", "/u/2"] and server.connections == 2
+
+    run(main())
+
+
 def test_the_request_goes_out_as_rendered() -> None:
     url = HttpLookup("http://h:8080/a/{id}").url.render({"id": "x y"})
     head = request_bytes("POST", wire_url(url).extend_query([("q", "1")]), {"X-A": "b"}, b"{}")
