@@ -17,11 +17,11 @@ from typing import Any
 from ..runtime.backend import FunctionAdapter
 from ..runtime.push import PushDriver
 from .plan import Plan
-from .worker import drive, gathered, worker_loop
+from .worker import drive, worker_loop
 
 __all__ = ["OUTPUT_ROWS", "outputs", "process_instance", "pushed"]
 
-OUTPUT_ROWS = 4096  # operator outputs gathered into one Arrow batch (see worker.gathered)
+OUTPUT_ROWS = 4096  # operator outputs gathered into one Arrow batch (see worker.drive)
 
 
 def process_instance(token: str, function: Any) -> FunctionAdapter:
@@ -33,8 +33,10 @@ def outputs(plan: Plan, adapter: FunctionAdapter, chunks: Iterable[list[Any]]) -
     """The outputs of ``plan``'s operator over ``chunks`` of records, this thread driving the
     process's loop, in lists of at least :data:`OUTPUT_ROWS`."""
     operator = plan.operator(adapter)
-    with contextlib.closing(drive(worker_loop().loop, operator.process_batches(chunks))) as produced:
-        yield from gathered(produced, OUTPUT_ROWS)
+    with contextlib.closing(
+        drive(worker_loop().loop, operator.process_batches(chunks), OUTPUT_ROWS)
+    ) as produced:
+        yield from produced
 
 
 def pushed(plan: Plan, adapter: FunctionAdapter) -> PushDriver:

@@ -26,7 +26,7 @@ from .output import RowSource
 from .plan import Plan
 from .runner import OUTPUT_ROWS
 from .spill import ArrowSpill
-from .worker import drive, gathered, worker_loop
+from .worker import drive, worker_loop
 
 __all__ = ["Task", "lookup_counts", "run_partition"]
 
@@ -59,20 +59,20 @@ class Task:
         self._cpu_started = time.process_time()  # the worker process's CPU: what executors pay
         self.rows_out = 0
         self.peak_in_flight = self.peak_blocked_keys = 0
+        self._next_sample = -1.0
         self.columnar: ColumnarRun | None = None  # the part a backlog task ran column-wise
 
     def outputs(self, chunks: Iterator[list[Any]]) -> Iterator[list[Any]]:
-        """The operator's outputs over ``chunks``, the task thread driving the loop, gathered
-        into lists of at least :data:`OUTPUT_ROWS` (:func:`~.worker.gathered` says why)."""
-        with contextlib.closing(drive(self.loop, self.op.process_batches(chunks))) as produced:
-            yield from gathered(self._sampled(produced), OUTPUT_ROWS)
+        """The operator's outputs over ``chunks``, the task thread driving the loop, joined
+        into lists of at least :data:`OUTPUT_ROWS` (:func:`~.worker.drive` says why)."""
+        outputs = self.op.process_batches(chunks)
+        with contextlib.closing(drive(self.loop, outputs, OUTPUT_ROWS, self._sample)) as produced:
+            yield from produced
 
-    def _sampled(self, produced: Iterator[list[Any]]) -> Iterator[list[Any]]:
-        next_sample = -1.0
-        for chunk in produced:
-            if time.monotonic() >= next_sample:
-                next_sample = self._sample_peaks()
-            yield chunk
+    def _sample(self) -> None:
+        """Sample the peak gauges, when it is time to."""
+        if time.monotonic() >= self._next_sample:
+            self._next_sample = self._sample_peaks()
 
     def _sample_peaks(self) -> float:
         """Raise the peak gauges to what the operator holds now; when to sample next."""
