@@ -191,9 +191,10 @@ async def send(
     said = {"lookup_key": key, "service": service, "action": action}
     try:
         target = wire_url(url)
-        answer = await transport.request(method, target, params, headers, data)
-        if answer.status in _REDIRECTS and answer.headers.get("Location"):
-            answer = await _follow(transport, method, target, params, headers, data, answer)
+        first = await transport.request(method, target, params, headers, data)
+        answer: Answer | None = first
+        if first.status in _REDIRECTS and first.headers.get("Location"):
+            answer = await _follow(transport, method, target, params, headers, data, first)
     except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
         error: Exception = LookupTimeoutError(f"no answer within {request_timeout:g} s", **said)
         raise error from _cause(error, exc, redactor)
