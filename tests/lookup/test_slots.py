@@ -16,7 +16,9 @@ WAIT = 5.0
 # per client: how long it holds its slot (in loop turns), and whether it is cancelled at once
 # (waiting for a slot or holding one), a turn later (perhaps just as its slot came), or never
 clients = st.lists(
-    st.tuples(st.integers(0, 3), st.sampled_from(["never", "at once", "a turn later"])), min_size=1, max_size=30
+    st.tuples(st.integers(0, 3), st.sampled_from(["never", "at once", "a turn later"])),
+    min_size=1,
+    max_size=30,
 )
 
 
