@@ -14,8 +14,10 @@ and the CPU seconds per 1,000 rows of Spark's Python workers (user + system of e
 ``pyspark.daemon`` process and the workers it forked, reaped ones included, read with psutil
 before and after the job), with ours over hand-written; and the median and range of the
 rounds' own ratios (each round's two jobs ran back to back, so the machine's drift between
-rounds cancels out of them). A calibration loop's CPU seconds are printed before and after
-the run: the machine's speed then (see :func:`calibration`).
+rounds cancels out of them). Under each path, each side's whole CPU per row split by process:
+the Python workers, Spark's JVM and the driver's Python (medians, microseconds). A calibration
+loop's CPU seconds are printed before and after the run: the machine's speed then (see
+:func:`calibration`).
 
 ``--plain``: ours without the ``fast`` extra (asyncio's loop, the standard library's JSON,
 the lean HTTP client on llhttp, a plain dependency now), as the default install runs; ``--python-gc``:
@@ -43,7 +45,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -77,12 +79,52 @@ def worker_cpu() -> float:
     return total
 
 
+def jvm_cpu() -> float:
+    """CPU seconds of the Spark JVMs this driver started (``local[...]``: one), so far."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.name() != "java":
+                continue
+            t = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def driver_cpu() -> float:
+    """CPU seconds of this process (the driver's Python), so far."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+class Split(NamedTuple):
+    """One run: rows/s, and CPU seconds per 1,000 rows of Spark's Python workers, its JVM and
+    the driver's Python."""
+
+    rate: float
+    workers: float
+    jvm: float
+    driver: float
+
+
+def measure_split(job: Job, rows: int) -> Split:
+    """:class:`Split` of one run."""
+    before = (worker_cpu(), jvm_cpu(), driver_cpu())
+    wall = time.perf_counter()
+    job().write.format("noop").mode("overwrite").save()
+    wall = time.perf_counter() - wall
+    spent = [
+        after - start for after, start in zip((worker_cpu(), jvm_cpu(), driver_cpu()), before, strict=True)
+    ]
+    return Split(rows / wall, *(cpu / rows * 1000 for cpu in spent))
+
+
 def measure(job: Job, rows: int) -> tuple[float, float]:
     """(rows/s, worker CPU seconds per 1,000 rows) of one run."""
-    cpu, wall = worker_cpu(), time.perf_counter()
-    job().write.format("noop").mode("overwrite").save()
-    wall, cpu = time.perf_counter() - wall, worker_cpu() - cpu
-    return rows / wall, cpu / rows * 1000
+    split = measure_split(job, rows)
+    return split.rate, split.workers
 
 
 def hand_http_batch(url: str, chunk: int = 100, concurrency: int = 100) -> Callable[[Any], Any]:
@@ -259,6 +301,20 @@ def pairs(
     }
 
 
+def _split_text(runs: list[Split]) -> str:
+    """The medians of a job's CPU per row by process, in microseconds."""
+    parts = {
+        name: statistics.median(getattr(r, name) for r in runs) * 1000
+        for name in ("workers", "jvm", "driver")
+    }
+    total = sum(parts.values())
+    shares = " + ".join(f"{name} {parts[key]:.0f}" for key, name in _PROCESSES)
+    return f"{total:.0f} us a row = {shares}"
+
+
+_PROCESSES = (("workers", "workers"), ("jvm", "JVM"), ("driver", "driver"))
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
@@ -308,14 +364,14 @@ def main() -> None:
         for path in args.paths.split(","):
             ours, hand, n = jobs[path]
             measure(ours, n), measure(hand, n)  # warm up both
-            got: dict[str, list[tuple[float, float]]] = {"ours": [], "hand": []}
+            got: dict[str, list[Split]] = {"ours": [], "hand": []}
             for _ in range(args.rounds):
-                got["ours"].append(measure(ours, n))
-                got["hand"].append(measure(hand, n))
-            rate = {k: statistics.median(r for r, _ in v) for k, v in got.items()}
-            cpu = {k: statistics.median(c for _, c in v) for k, v in got.items()}
+                got["ours"].append(measure_split(ours, n))
+                got["hand"].append(measure_split(hand, n))
+            rate = {k: statistics.median(s.rate for s in v) for k, v in got.items()}
+            cpu = {k: statistics.median(s.workers for s in v) for k, v in got.items()}
             # each round's two jobs ran back to back: their ratio cancels the machine's drift
-            paired = [o / h for (_, o), (_, h) in zip(got["ours"], got["hand"], strict=True)]
+            paired = [o.workers / h.workers for o, h in zip(got["ours"], got["hand"], strict=True)]
             print(
                 f"  {path:<19} {rate['ours']:>12,.0f} {rate['hand']:>12,.0f}"
                 f" {rate['ours'] / rate['hand']:>11.2f}x {cpu['ours']:>8.4f}s "
@@ -323,6 +379,7 @@ def main() -> None:
                 f"  {statistics.median(paired):5.2f}x ({min(paired):.2f}-{max(paired):.2f})"
                 f"   (CPU s per 1,000 rows; {n:,} rows)"
             )
+            print("  " + "; ".join(f"{side}: {_split_text(got[side])}" for side in ("ours", "hand")))
         print(f"  calibration loop after: {calibration():.3f} CPU s")
     spark.stop()
 

@@ -12,8 +12,9 @@ Our runs have a 10 s timeout and 3 attempts (fixed 100 ms delay) switched on. Ba
 (c) Spark's Arrow UDF concurrency (spark.sql.execution.pythonUDF.arrow.concurrency.level=100).
 Then key_ordered_wait with maxRecordsPerBatch=100, and batched Redis lookups end to end.
 The physical limit: what a client that costs nothing gets from the same service, measured with
-``wrk`` (a C load generator) at 400 connections, the most the jobs keep in flight; each HTTP
-job is printed as a fraction of it. ``wrk`` is taken from PATH, else from Debian's package,
+``wrk`` (a C load generator) at 400 connections, the most the jobs keep in flight, and at
+200, the hand-written job's 100 per task; each HTTP job is printed as a fraction of both.
+``wrk`` is taken from PATH, else from Debian's package,
 fetched with ``apt-get download`` (no root) into ~/.cache/keyed-async-wait/wrk; the figure is
 left out, saying so, when neither works.
 (d) PyFlink's AsyncDataStream, with --pyflink: the script makes an environment of its own for
@@ -387,15 +388,16 @@ def main() -> None:
         for ours in ("SQL scalar users(user_id)", "SQL async_lookup, key-ordered"):
             if ours in results:  # the SQL forms against the DataFrame wait they stand for
                 print(f"  {ours:<18} {results[ours] / results['key_ordered_wait']:7.2f}x key_ordered_wait")
-        limit = physical_limit(url, 400)
-        if limit is not None:
-            results["wrk, 400 connections"] = limit
+        limit, half = physical_limit(url, 400), physical_limit(url, 200)
+        if limit is not None and half is not None:
+            results["wrk, 400 connections"], results["wrk, 200 connections"] = limit, half
             print(
-                f"the physical limit: wrk, 400 connections, {limit:,.0f} requests/s; each job as a fraction:"
+                f"the physical limit: wrk, 400 connections, {limit:,.0f} requests/s; 200 connections,"
+                f" {half:,.0f}; each job as a fraction of both (400 / 200):"
             )
             for label, rate in results.items():
                 if not label.startswith(("(a)", "key_ordered_wait, Redis", "wrk")):
-                    print(f"  {label:<48} {rate / limit:5.2f}")
+                    print(f"  {label:<48} {rate / limit:5.2f} / {rate / half:5.2f}")
 
     with redis_url_or_embedded() as redis_url:
         import redis
