@@ -314,7 +314,13 @@ class RedisWrite(Write):
                 if calls and self.replicas:
                     pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
                 with converted_errors(targets, action="write"):
-                    answers = await pipe.execute(raise_on_error=False) if calls else []
+                    try:
+                        answers = await pipe.execute(raise_on_error=False) if calls else []
+                    except BaseException:  # the answers are lost: the writes may have applied
+                        for members in calls:
+                            for i in members:
+                                self._maybe_applied(items[i])
+                        raise
         held_by: Any = None
         if calls and self.replicas:
             answers, held_by = answers[:-1], answers[-1]
@@ -337,6 +343,8 @@ class RedisWrite(Write):
         replicas hold it), 0 stale, 2 its own version found again (this write's own, when an
         earlier attempt of it was unsure; else a re-run's, stale)."""
         if answer not in (1, 2):
+            if isinstance(answer, BaseException) and not isinstance(answer, redis_errors.ResponseError):
+                self._maybe_applied(item)  # its answer was lost on the way, not refused
             return answer
         mark = (item[1], item[2])
         if answer == 2 and mark not in self._unsure:
@@ -344,9 +352,7 @@ class RedisWrite(Write):
         if replicated:
             self._unsure.discard(mark)
             return 1
-        if len(self._unsure) >= _UNSURE_MOST:
-            self._unsure.clear()  # bounded: an entry is only needed while its record retries
-        self._unsure.add(mark)
+        self._maybe_applied(item)
         if isinstance(held_by, BaseException):  # WAIT refused (an ACL user without +wait)
             return held_by
         return _Unreplicated(held_by, self.replicas, self._wait[1])
@@ -383,6 +389,14 @@ class RedisWrite(Write):
             pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)
             calls.append(members)
         return calls
+
+    def _maybe_applied(self, item: tuple[Any, Hashable, str | None]) -> None:
+        """Remember that a write may have applied without its caller knowing (its answer lost,
+        or too few replicas held it): its retry, a new call with a new token, then takes its
+        own version found again (2) as applied, not as a re-run's (stale)."""
+        if len(self._unsure) >= _UNSURE_MOST:
+            self._unsure.clear()  # bounded: an entry is only needed while its record retries
+        self._unsure.add((item[1], item[2]))
 
     @staticmethod
     def _outcome(target: Hashable, answer: Any) -> Any:

@@ -13,8 +13,9 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.asyncio.client import Pipeline
 
-from keyed_async_wait import FailedRecord, RecordFailedError
+from keyed_async_wait import FailedRecord, RecordFailedError, RetryStrategy
 from lookup import Field, LookupOptionError, RedisLookup, RedisWrite, VersionError, WrongTypeError
 from lookup.versions import encode_version
 
@@ -265,3 +266,31 @@ def test_a_write_sent_again_by_its_client_is_applied_and_a_rerun_is_stale(redis_
     assert json.loads(db.get(target)) == {"name": "five"}
     rerun = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
     assert [res[0]["applied"] for _, res in run(write_all(rerun, [record]))] == [False]
+
+
+def test_a_write_whose_answer_was_lost_is_applied_when_retried(
+    redis_url: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline ran the writes but its answers were lost (a reset, a timeout): the record's
+    retry is a new call with a new token, finds its own version held and reports it applied,
+    not stale; a re-run of the same records afterwards is stale."""
+    p = prefix()
+    updates = [{"id": i, "v": 7, "name": f"n{i}"} for i in range(3)]
+    real = Pipeline.execute
+    lost = []
+
+    async def answer_lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answers = await real(self, *args, **kwargs)  # applied on the server
+        if not lost:
+            lost.append(answers)
+            raise redis.exceptions.ConnectionError("Connection reset by peer")
+        return answers
+
+    monkeypatch.setattr(Pipeline, "execute", answer_lost)
+    fn = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
+    retry = RetryStrategy.fixed_delay(2, 0.01)
+    pairs = run(write_all(fn, updates, batch_size=10, retry=retry))
+    assert lost and [res[0]["applied"] for _, res in pairs] == [True] * 3
+    assert [json.loads(db.get(f"{p}:{i}")) for i in range(3)] == [{"name": f"n{i}"} for i in range(3)]
+    rerun = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
+    assert [res[0]["applied"] for _, res in run(write_all(rerun, updates, batch_size=10))] == [False] * 3
