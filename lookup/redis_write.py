@@ -319,7 +319,7 @@ class RedisWrite(Write):
                     except BaseException:  # the answers are lost: the writes may have applied
                         for members in calls:
                             for i in members:
-                                self._maybe_applied(items[i])
+                                _maybe_applied(self._unsure, items[i])
                         raise
         held_by: Any = None
         if calls and self.replicas:
@@ -344,7 +344,7 @@ class RedisWrite(Write):
         earlier attempt of it was unsure; else a re-run's, stale)."""
         if answer not in (1, 2):
             if isinstance(answer, BaseException) and not isinstance(answer, redis_errors.ResponseError):
-                self._maybe_applied(item)  # its answer was lost on the way, not refused
+                _maybe_applied(self._unsure, item)  # its answer was lost on the way, not refused
             return answer
         mark = (item[1], item[2])
         if answer == 2 and mark not in self._unsure:
@@ -352,7 +352,7 @@ class RedisWrite(Write):
         if replicated:
             self._unsure.discard(mark)
             return 1
-        self._maybe_applied(item)
+        _maybe_applied(self._unsure, item)
         if isinstance(held_by, BaseException):  # WAIT refused (an ACL user without +wait)
             return held_by
         return _Unreplicated(held_by, self.replicas, self._wait[1])
@@ -390,14 +390,6 @@ class RedisWrite(Write):
             calls.append(members)
         return calls
 
-    def _maybe_applied(self, item: tuple[Any, Hashable, str | None]) -> None:
-        """Remember that a write may have applied without its caller knowing (its answer lost,
-        or too few replicas held it): its retry, a new call with a new token, then takes its
-        own version found again (2) as applied, not as a re-run's (stale)."""
-        if len(self._unsure) >= _UNSURE_MOST:
-            self._unsure.clear()  # bounded: an entry is only needed while its record retries
-        self._unsure.add((item[1], item[2]))
-
     @staticmethod
     def _outcome(target: Hashable, answer: Any) -> Any:
         if isinstance(answer, redis_errors.NoScriptError):  # not run: safe to try again
@@ -417,6 +409,15 @@ class RedisWrite(Write):
         if isinstance(answer, BaseException):
             return answer
         return bool(answer)
+
+
+def _maybe_applied(unsure: set[tuple[Hashable, str | None]], item: tuple[Any, Hashable, str | None]) -> None:
+    """Remember in ``unsure`` that a write may have applied without its caller knowing (its
+    answer lost, or too few replicas held it): its retry, a new call with a new token, then
+    takes its own version found again (2) as applied, not as a re-run's (stale)."""
+    if len(unsure) >= _UNSURE_MOST:
+        unsure.clear()  # bounded: an entry is only needed while its record retries
+    unsure.add((item[1], item[2]))
 
 
 @dataclass(frozen=True)
