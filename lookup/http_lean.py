@@ -45,7 +45,6 @@ from .http_connect import Resolver, open_socket
 from .http_options import ClientOptions, tls_context
 from .http_wire import Answer
 from .parts import suspend
-from .slots import Slots
 
 if sys.version_info >= (3, 11):
     _deadline = asyncio.timeout
@@ -314,7 +313,7 @@ class LeanTransport:
         self._resolver = Resolver()
         self._timeout = request_timeout
         self._options = options or ClientOptions()
-        self._slots = Slots(max_connections, self._loop)
+        self._slots = asyncio.Semaphore(max_connections)
         # idle connections per origin, each with the loop time it became idle
         self._idle: dict[tuple[str, str, int], list[tuple[float, _Connection]]] = {}
         self._open = 0
@@ -345,20 +344,18 @@ class LeanTransport:
             raise WireError(f"cannot send to a {url.scheme or 'relative'} URL")
         origin = (url.scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         timeout = self._timeout
-        if self._slots.try_take():
-            conn = self._idle_connection(origin)
-            if conn is None:
-                self._slots.give()
-            else:  # the common case: nothing to wait for but the answer
-                started = self._loop.time()
-                try:
-                    return await self._use(conn, origin, request, started + timeout)
-                except _Stale:
-                    if method not in _IDEMPOTENT:
-                        raise
-                finally:
-                    self._slots.give()
-                timeout -= self._loop.time() - started
+        conn = None if self._slots.locked() else self._idle_connection(origin)
+        if conn is not None:  # the common case: nothing to wait for but the answer
+            started = self._loop.time()
+            await self._slots.acquire()  # a free slot: taken without suspending
+            try:
+                return await self._use(conn, origin, request, started + timeout)
+            except _Stale:
+                if method not in _IDEMPOTENT:
+                    raise
+            finally:
+                self._slots.release()
+            timeout -= self._loop.time() - started
         await suspend()  # what follows may wait: inside the caller's task, as asyncio's timeout needs
         async with _deadline(timeout), self._slots:
             conn = self._idle_connection(origin)
