@@ -79,17 +79,20 @@ def calibration(loops: int = 5_000_000) -> float:
     return time.process_time() - started
 
 
-def local_spark() -> SparkSession:
-    """The benchmarks' session: local[2], two shuffle partitions, no adaptive coalescing."""
-    spark = (
+def local_spark(conf: dict[str, str] | None = None) -> SparkSession:
+    """The benchmarks' session: local[2], two shuffle partitions, no adaptive coalescing
+    (and ``conf``)."""
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -69,9 +69,10 @@ def _session() -> Any:
 def _store(spark: Any, location: str) -> Any:
     import json
 
-    from ..spark.state import Layout, ParkedStore, _read_text
+    from ..spark.small_files import read_text
+    from ..spark.state import Layout, ParkedStore
 
-    text = _read_text(spark, f"{location.rstrip('/')}/async_state/init")
+    text = read_text(spark, f"{location.rstrip('/')}/async_state/init")
     if text is None:
         raise SystemExit(f"no parked state under {location}/async_state (no init): nothing to do")
     layout = Layout(**json.loads(text))
@@ -160,7 +161,8 @@ def rewind(spark: Any, location: str, to: int, yes: bool) -> int:
 
 
 def accept_loss(spark: Any, location: str, yes: bool) -> int:
-    from ..spark.state import Version, _read_text, _write_text
+    from ..spark.small_files import read_text, write_text
+    from ..spark.state import Version
 
     checkpoint = _Checkpoint(spark, location)
     store = _store(spark, location)
@@ -176,7 +178,7 @@ def accept_loss(spark: Any, location: str, yes: bool) -> int:
     path = store.path("manifest", last)
     lost = "the parked rows it held (how many is unknown: its manifest is gone)"
     try:
-        text = _read_text(spark, path)
+        text = read_text(spark, path)
         if text is not None and Version.from_json(text).batch == last:
             lost = f"its {Version.from_json(text).rows} parked rows"
     except (ValueError, KeyError, TypeError):
@@ -188,7 +190,7 @@ def accept_loss(spark: Any, location: str, yes: bool) -> int:
     if not yes:
         print("nothing changed (add --yes to do it)")
         return 0
-    _write_text(spark, path, Version(last, 0).to_json())
+    write_text(spark, path, Version(last, 0).to_json())
     print("done: start the query again")
     return 0
 

@@ -39,8 +39,9 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
+from .plan_values import at_most, one_row
 from .session import key_partitions
-from .state import ParkedStore, StateError, Version
+from .state import ParkedStore, Part, StateError, Version
 
 __all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch", "TaskCounts"]
 
@@ -137,7 +138,6 @@ class MicroBatch:
     run_id: str = ""
     _store: ParkedStore | None = field(default=None, init=False, repr=False)  # made at the first call
     _last_out: int = field(default=0, init=False)
-    _arrived_nothing: bool = field(default=False, init=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchReport:
         """Run micro-batch ``batch_id`` (``foreachBatch``'s function); its report."""
@@ -153,11 +153,11 @@ class MicroBatch:
         previous = self._store.open(batch_id)  # a missing or damaged version fails here: nothing ran
         if self.heartbeat:
             batch = batch.where(~F.col(TICK)).drop(TICK)
-        self._arrived_nothing = batch.isEmpty()  # a heartbeat: no new row to park behind a key
         new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
         replay = self._replay(previous, batch_id)
         behind, run_new = None, new
-        if replay.carried_keys is not None:
+        if replay.carried_keys is not None and not (self.heartbeat and batch.isEmpty()):
+            # (only a heartbeat makes micro-batches without input: then no row parks behind a key)
             behind = new.join(replay.carried_keys, self.key_columns, "left_semi")
             run_new = new.join(replay.carried_keys, self.key_columns, "left_anti")
         both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
@@ -231,7 +231,7 @@ class MicroBatch:
             )
             .persist()
         )
-        due = F.col("head.next_try").isNull() | (F.col("head.next_try") <= F.lit(now))
+        due = F.col("head.next_try").isNull() | at_most(F.col("head.next_try"), now)
         summary = (
             heads.groupBy(F.col("head.seg").alias("seg"), due.alias("due"))
             .agg(F.sum("n").alias("rows"))
@@ -246,7 +246,7 @@ class MicroBatch:
                 batch_id=batch_id,
             )
         cutoff = _cutoff(summary, self._budget())
-        chosen = due & (F.col("head.seg") <= F.lit(cutoff)) if cutoff is not None else F.lit(False)
+        chosen = due & at_most(F.col("head.seg"), cutoff) if cutoff is not None else F.lit(False)
         replayed = sum(int(r.rows) for r in summary if r.due and cutoff is not None and r.seg <= cutoff)
         selected = heads.where(chosen).select(*self.key_columns)
         carried_keys = heads.where(~chosen).select(*self.key_columns)
@@ -273,13 +273,14 @@ class MicroBatch:
         replay: _Replay,
         batch_id: int,
         reparked: int,
-    ) -> list[str]:
+    ) -> dict[str, Part | None]:
         """Write what version ``batch_id`` adds: its segment (re-parked rows, new rows behind
         carried keys, the live rows of segments leaving the window, compacted keeping their
-        order) and its removal set (the keys it replayed, when others stay); the parts written."""
+        order) and its removal set (the keys it replayed, when others stay); the parts written
+        (as :meth:`ParkedStore.write` returns them)."""
         columns = [*self.input_columns, STATE_COLUMN]
         parts = [enriched.where(_state().isNotNull()).select(*columns)] if reparked else []
-        if behind is not None and not self._arrived_nothing:
+        if behind is not None:
             parts.append(_behind_state(behind, self.key_columns, self.order_by, batch_id).select(*columns))
         aged = self.store.aged(batch_id, previous)
         if aged and previous is not None:
@@ -288,16 +289,14 @@ class MicroBatch:
                 if replay.selected is not None:
                     old = old.join(replay.selected, self.key_columns, "left_anti")
                 parts.append(old.select(*columns))
-        written = []
+        written: dict[str, Part | None] = {}
         if parts:
             segment = parts[0]
             for part in parts[1:]:
                 segment = segment.unionByName(part)
-            self.store.write("seg", segment, batch_id)
-            written.append("seg")
+            written["seg"] = self.store.write("seg", segment, batch_id)
         if replay.selected is not None and replay.carried:  # other keys stay in the older segments
-            self.store.write("rm", replay.selected, batch_id)
-            written.append("rm")
+            written["rm"] = self.store.write("rm", replay.selected, batch_id)
         return written
 
 
@@ -319,7 +318,7 @@ def _behind_state(behind: DataFrame, keys: list[str], order_by: list[str], batch
         *([F.col(c) for c in order_by] or [F.monotonically_increasing_id()])
     )
     state = F.struct(
-        F.lit(batch_id).cast("long").alias("seg"),
+        F.col("_kaw_batch").alias("seg"),
         F.row_number().over(order).cast("long").alias("order"),
         F.lit(None).cast("int").alias("key_group"),
         F.lit(0).alias("attempts"),
@@ -329,4 +328,5 @@ def _behind_state(behind: DataFrame, keys: list[str], order_by: list[str], batch
         F.lit(None).cast("string").alias("error"),
         F.lit(None).cast("string").alias("progress"),
     )
-    return behind.withColumn(STATE_COLUMN, state)
+    batch = F.broadcast(one_row(behind.sparkSession, "_kaw_batch", batch_id))
+    return behind.crossJoin(batch).withColumn(STATE_COLUMN, state).drop("_kaw_batch")

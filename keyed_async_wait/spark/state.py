@@ -1,6 +1,7 @@
 """Parked rows as keyed state under ``<checkpoint>/async_state/``: versioned, verified, written
-incrementally. All of it is read and written through DataFrames (any filesystem Spark supports,
-no JVM call from Python), and nothing is ever deleted except by overwriting a slot that no
+incrementally. The rows are read and written through DataFrames, the small files (layout,
+manifests) as :mod:`~keyed_async_wait.spark.small_files` says (any filesystem Spark supports,
+either way), and nothing is ever deleted except by overwriting a slot that no
 version still needed refers to.
 
 Layout (``S = window + keep`` slots, a micro-batch ``n`` uses slot ``n % S``):
@@ -29,14 +30,17 @@ path and the micro-batch, before any lookup or sink call: never a silent fallbac
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.exceptions import ConfigError, KeyedAsyncWaitError
+from .parts import Part, read_parts, write_part
+from .small_files import committed_batches, file_sizes, read_text, write_text
 
 __all__ = ["FORMAT", "ParkedStore", "Part", "StateError", "Version"]
 
@@ -58,18 +62,6 @@ class StateError(KeyedAsyncWaitError):
             "(exactly-once kept, if the source still has them), `kaw-state accept-loss` goes on without "
             "the damaged rows (see the README, 'Parked state')"
         )
-
-
-@dataclass(frozen=True)
-class Part:
-    """One directory written by one micro-batch: a segment or a removal set."""
-
-    batch: int
-    rows: int
-    files: tuple[tuple[str, int], ...]  # (file name, its rows): a file gone or unreadable shows
-    fresh: int = 0  # rows the micro-batch itself parked (the rest: compacted from older segments)
-    latest_try: float | None = None  # the latest next_try of its rows (None: every row is due)
-    earliest_try: float | None = None  # the earliest (None: a row is due at once)
 
 
 @dataclass(frozen=True)
@@ -107,6 +99,7 @@ class Version:
                     p["fresh"],
                     p["latest_try"],
                     p["earliest_try"],
+                    p.get("sized", False),
                 )
                 for p in data[name]
             )
@@ -184,9 +177,9 @@ class ParkedStore:
         return version
 
     def _read_layout(self, batch_id: int) -> Layout:
-        text = _read_text(self.spark, f"{self.root}/init")
+        text = read_text(self.spark, f"{self.root}/init")
         if text is None:
-            committed = _committed_batches(self.spark, self.checkpoint)
+            committed = committed_batches(self.spark, self.checkpoint)
             earlier = [b for b in committed if b < batch_id]
             if earlier:
                 raise StateError(
@@ -196,7 +189,7 @@ class ParkedStore:
                     batch_id=batch_id,
                 )
             layout = Layout(batch_id, self.window, self.keep, self.heartbeat)
-            _write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)))
+            write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)))
             return layout
         data = json.loads(text)
         layout = Layout(**data)
@@ -216,7 +209,7 @@ class ParkedStore:
         """Before a query starts: its shape must be the one the checkpoint began with (Spark
         fails a query whose sources differ from its checkpoint's, with a message that does not
         say why)."""
-        text = _read_text(self.spark, f"{self.root}/init")
+        text = read_text(self.spark, f"{self.root}/init")
         if text is None:
             return
         began = Layout(**json.loads(text))
@@ -231,7 +224,7 @@ class ParkedStore:
 
     def _read_version(self, batch: int) -> Version:
         path = self.path("manifest", batch)
-        text = _read_text(self.spark, path)
+        text = read_text(self.spark, path)
         if text is None:
             raise StateError(f"version {batch} is missing (no manifest)", path=path, batch_id=batch + 1)
         try:
@@ -247,7 +240,8 @@ class ParkedStore:
         return version
 
     def _verify(self, version: Version) -> None:
-        """Every file the version lists is there, readable, with its rows."""
+        """Every file the version lists is there, readable, with its rows (its size, for a
+        part written with its sizes, whose rows are checked per part)."""
         parts = [("seg", p) for p in version.segments] + [("rm", p) for p in version.removals]
         if not parts:
             return
@@ -261,18 +255,23 @@ class ParkedStore:
             ) from exc
         for kind, part in parts:
             path = self.path(kind, part.batch)
-            have = dict(found[(kind, part.batch)].files) if (kind, part.batch) in found else {}
-            for name, rows in part.files:
+            read = found.get((kind, part.batch))
+            have = dict(read.files) if read is not None else {}
+            where = f"version {version.batch}"
+            if part.sized:  # its files' sizes; its rows as a whole, below
+                have = dict(file_sizes(self.spark, path))
+            unit = "bytes" if part.sized else "rows"
+            for name, count in part.files:
                 if name not in have:
-                    raise StateError(
-                        f"{name} of version {version.batch} is missing", path=path, batch_id=version.batch + 1
+                    _damaged(version, path, f"{name} of {where} is missing")
+                if have[name] != count:
+                    _damaged(
+                        version, path, f"{name} of {where} holds {have[name]} {unit}, not the {count} written"
                     )
-                if have[name] != rows:
-                    raise StateError(
-                        f"{name} of version {version.batch} holds {have[name]} rows, not the {rows} written",
-                        path=path,
-                        batch_id=version.batch + 1,
-                    )
+            if part.sized and read is not None and read.rows != part.rows:
+                _damaged(
+                    version, path, f"{kind} {part.batch} of {where} holds {read.rows} rows, not {part.rows}"
+                )
 
     # ------------------------------------------------------------------ reading
 
@@ -312,22 +311,32 @@ class ParkedStore:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, kind: str, df: DataFrame, batch_id: int) -> None:
-        """Write micro-batch ``batch_id``'s segment (``"seg"``) or removal set (``"rm"``)."""
-        df.write.mode("overwrite").parquet(self.path(kind, batch_id))
+    def write(self, kind: str, df: DataFrame, batch_id: int) -> Part | None:
+        """Write micro-batch ``batch_id``'s segment (``"seg"``) or removal set (``"rm"``); its
+        part as :func:`~keyed_async_wait.spark.parts.write_part` counted it."""
+        return write_part(self.spark, kind, df, self.path(kind, batch_id), batch_id)
+
+    def _stats(self, parts: Sequence[tuple[str, int]], batch_id: int) -> dict[tuple[str, int], Part]:
+        return read_parts(
+            self.spark, {(kind, batch): self.path(kind, batch) for kind, batch in parts}, batch_id
+        )
 
     def commit(
         self,
         batch_id: int,
         previous: Version | None,
-        written: Sequence[str],
+        written: Mapping[str, Part | None],
         replayed: int,
         all_replayed: bool,
     ) -> Version:
-        """Version ``batch_id``, from ``previous``, the parts written (``"seg"``, ``"rm"``) and the
-        rows replayed (``all_replayed``: every key of ``previous`` was); its manifest written last."""
+        """Version ``batch_id``, from ``previous``, the parts written (``"seg"``, ``"rm"``: as
+        :meth:`write` returned them) and the rows replayed (``all_replayed``: every key of
+        ``previous`` was); its manifest written last."""
         assert self.layout is not None
-        parts = self._stats([(kind, batch_id) for kind in written], batch_id) if written else {}
+        parts = {(kind, batch_id): part for kind, part in written.items() if part is not None}
+        unread = [(kind, batch_id) for kind, part in written.items() if part is None]
+        if unread:
+            parts.update(self._stats(unread, batch_id))
         segment, removal = parts.get(("seg", batch_id)), parts.get(("rm", batch_id))
         segments, removals = ([], []) if all_replayed else self._kept(batch_id, previous)
         if segment is not None and segment.rows:
@@ -339,73 +348,19 @@ class ParkedStore:
         fresh = segment.fresh if segment is not None else 0
         rows = (previous.rows if previous is not None else 0) - replayed + fresh
         version = Version(batch_id, rows, tuple(segments), tuple(removals))
-        _write_text(self.spark, self.path("manifest", batch_id), version.to_json())
+        write_text(self.spark, self.path("manifest", batch_id), version.to_json())
         self._last = version
         return version
-
-    def _stats(self, parts: Sequence[tuple[str, int]], batch_id: int) -> dict[tuple[str, int], Part]:
-        """Per part: its files and their rows, and for a segment the rows of ``batch_id`` and the
-        latest next_try; one Spark job over every part, from the parquet files themselves."""
-        spark = self.spark
-        frames = []
-        for kind, batch in parts:
-            df = spark.read.parquet(self.path(kind, batch))
-            if kind == "seg":
-                fresh = F.when(F.col("_kaw_parked.seg") == batch_id, 1)
-                latest = F.col("_kaw_parked.next_try")
-                now = F.when(latest.isNull(), 1)
-            else:
-                fresh, latest, now = F.lit(None), F.lit(None).cast("double"), F.lit(None)
-            frames.append(
-                df.select(
-                    F.lit(kind).alias("kind"),
-                    F.lit(batch).cast("long").alias("batch"),
-                    F.input_file_name().alias("file"),
-                    fresh.alias("fresh"),
-                    latest.alias("latest"),
-                    now.alias("now"),
-                )
-            )
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        rows = (
-            union.groupBy("kind", "batch", "file")
-            .agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.count("fresh").alias("fresh"),
-                F.max("latest").alias("latest"),
-                F.min("latest").alias("earliest"),
-                F.count("now").alias("now"),
-            )
-            .collect()
-        )
-        out: dict[tuple[str, int], Part] = {}
-        for kind, batch in parts:
-            mine = [r for r in rows if r.kind == kind and r.batch == batch]
-            files = tuple(sorted((r.file.rsplit("/", 1)[-1], int(r.rows)) for r in mine))
-            tries = [r.latest for r in mine if r.latest is not None]
-            firsts = [r.earliest for r in mine if r.earliest is not None]
-            due_now = any(int(r.now) for r in mine) or not firsts
-            out[(kind, batch)] = Part(
-                batch,
-                sum(int(r.rows) for r in mine),
-                files,
-                fresh=sum(int(r.fresh) for r in mine),
-                latest_try=max(tries) if tries else None,
-                earliest_try=None if due_now else min(firsts),
-            )
-        return out
 
     # ------------------------------------------------------------------ reports
 
     def publish(self, batch_id: int, text: str) -> None:
         """Write micro-batch ``batch_id``'s report (one slot per micro-batch, as for versions)."""
-        _write_text(self.spark, self.path("report", batch_id), text)
+        write_text(self.spark, self.path("report", batch_id), text)
 
     def published(self) -> list[str]:
         """The reports in every slot, one per line (empty when there are none)."""
-        text = _read_text(self.spark, f"{self.root}/report/*")
+        text = read_text(self.spark, f"{self.root}/report/*")
         return text.splitlines() if text else []
 
     def _kept(self, batch_id: int, previous: Version | None) -> tuple[list[Part], list[Part]]:
@@ -424,32 +379,5 @@ class ParkedStore:
         return [p.batch for p in previous.segments if p.batch <= horizon]
 
 
-# ---------------------------------------------------------------------- small files, through Spark
-
-
-def _read_text(spark: SparkSession, path: str) -> str | None:
-    from pyspark.errors import AnalysisException
-
-    try:
-        lines = spark.read.text(path).collect()
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            return None
-        raise
-    return "\n".join(row.value for row in lines) or None
-
-
-def _write_text(spark: SparkSession, path: str, text: str) -> None:
-    spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
-
-
-def _committed_batches(spark: SparkSession, checkpoint: str) -> list[int]:
-    """The micro-batches Spark's commit log says committed."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        rows = spark.read.format("binaryFile").load(f"{checkpoint}/commits").select("path").collect()
-    except AnalysisException:
-        return []
-    names = [row.path.rsplit("/", 1)[-1] for row in rows]
-    return sorted(int(name) for name in names if name.isdigit())
+def _damaged(version: Version, path: str, message: str) -> NoReturn:
+    raise StateError(message, path=path, batch_id=version.batch + 1)

@@ -285,6 +285,34 @@ def test_a_truncated_part_file_is_named_before_any_lookup(spark: Any, service: A
     assert state.requests == calls and len(sink.rows()) == delivered
 
 
+def test_a_part_file_rewritten_whole_but_changed_is_named_before_any_lookup(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    url, state = service
+    state.latency = 0.05
+    _, sink = _park_some(spark, url, tmp_path)
+    checkpoint = tmp_path / "cp"
+    last = _last_committed(checkpoint)
+    _, manifest = _manifest(checkpoint, last)
+    seg = manifest["segments"][-1]
+    init = json.loads(_text(checkpoint / "async_state" / "init"))
+    folder = checkpoint / "async_state" / "seg" / f"{seg['batch'] % (init['window'] + init['keep']):04d}"
+    # the manifest holds what the write counted: its rows, and its files' sizes as on disk
+    assert seg["sized"] and seg["rows"] == pq.read_table(folder).num_rows
+    assert {name: (folder / name).stat().st_size for name, _ in seg["files"]} == dict(seg["files"])
+    name = seg["files"][0][0]
+    table = pq.read_table(folder / name)
+    pq.write_table(table, folder / name, compression="none")  # readable, the same rows, not the file written
+    (folder / f".{name}.crc").unlink(missing_ok=True)  # (Hadoop's checksum of the file written)
+    calls, delivered = state.requests, len(sink.rows())
+    _, query = _restart(spark, url, tmp_path, sink)
+    message = _failure(query)
+    assert f"{name} of version {last} holds" in message and "bytes, not the" in message, message
+    assert state.requests == calls and len(sink.rows()) == delivered
+
+
 def test_keep_versions_below_two_is_refused_with_the_reason(spark: Any, tmp_path: Path) -> None:
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
 

@@ -1,0 +1,387 @@
+"""What a key_ordered_stream costs per micro-batch, beside the batch job and a plain stream.
+
+    ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C]
+    ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K]
+
+The same 20 ms ``async def`` (no service CPU at all), 2,000 keys, a parquet file source of
+files of ``per-batch`` rows each read with ``maxFilesPerTrigger=1`` and ``availableNow``,
+``local[2]``, two shuffle partitions, Spark's ``noop`` sink. Per micro-batch size, in one run:
+
+- ``key_ordered_wait`` as a batch job over all N rows (rows/s);
+- a plain stream: the same source into ``foreachBatch`` writing the rows to ``noop`` (Spark's
+  own cost per micro-batch);
+- ``key_ordered_stream`` with nothing parked (the common case).
+
+For the streams: sustained rows/s and the median seconds per micro-batch (Spark's
+``triggerExecution``: planning, the micro-batch, its commit), over every micro-batch after the
+first two (warm-up), and the floor the lookups alone set (rows over the tasks' capacity, times
+20 ms). And where the stream's process tree spent its CPU, per micro-batch: the JVM's threads
+grouped by their name (garbage collection, the JIT compilers, task threads, the stream's own
+thread, Spark's scheduler, the rest; read from ``/proc``), the Python workers, the driver.
+
+``--soak``: a long stream instead, as one runs in production: the rate source at R rows/s
+(default 6,000) over K keys (default 200,000), an ``async def`` of 5 ms of which 1% of calls
+fail into deferral (retried 5 s later, then 10 s, ...), ``time_cap=2``, ``heartbeat=1``, a 1 s
+trigger, Spark's default driver heap (local mode: the JVM's default, a quarter of the
+machine's memory, unless ``spark.driver.memory`` is set). Printed per minute: rows in and out
+per second, the micro-batches' seconds (median and largest), rows parked, and the JVM's CPU
+split; at the end the whole run's, with GC and JIT as a share of the JVM's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import psutil
+from pyspark.sql import DataFrame, SparkSession
+
+from keyed_async_wait import AsyncDataStream
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cpu import worker_cpu
+from spark_throughput import calibration, local_spark
+
+KEYS = 2_000
+SCHEMA = "seq long, order_id long"
+DELAY = 0.02
+WARM_UP = 2  # micro-batches left out of the figures
+# JVM thread names (as /proc shows them: 15 characters) -> what they do
+THREADS = (
+    ("GC", ("GC Thread", "G1 ", "VM Thread", "VM Periodic")),
+    ("JIT", ("C1 CompilerThre", "C2 CompilerThre", "Sweeper thread")),
+    ("tasks", ("Executor task", "stdout writer", "writer for ", "Worker Monitor")),
+    ("stream", ("stream executio",)),
+    ("driver calls", ("Thread-",)),  # py4j's threads: the driver's Python planning through them
+    ("scheduler", ("dag-scheduler", "task-result-get", "dispatcher-even")),
+)
+
+
+async def enrich(row: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(DELAY)
+    return {"v": row["seq"]}
+
+
+class Sink:
+    """Spark's ``noop`` sink, taking a CPU sample before each micro-batch's write (the sink
+    runs in this process on a classic session)."""
+
+    def __init__(self, split: CpuSplit) -> None:
+        self.split = split
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.split.sample()
+        df.write.format("noop").mode("overwrite").save()
+
+
+# ---------------------------------------------------------------------- CPU, by process and thread
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+
+def _thread_seconds(pid: int) -> Counter[str]:
+    """CPU seconds of each group of the JVM's threads, as /proc has them now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended in between
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        group = next((g for g, prefixes in THREADS if name.startswith(prefixes)), "other")
+        out[group] += seconds
+    return out
+
+
+class CpuSplit:
+    """CPU seconds per micro-batch, per part of the process tree, from a sample taken at each
+    micro-batch's sink: over the micro-batches after the warm-up. A JVM thread that ended in
+    between takes its seconds with it (Spark keeps its pools)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.pid = jvm_pid(spark)
+        self.samples: list[Counter[str]] = []
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        self._codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def generated(self) -> int:
+        """Classes Spark's code generation compiled so far (a plan it had not seen before)."""
+        return int(self._codegen.METRIC_COMPILATION_TIME().getCount())
+
+    def _now(self) -> Counter[str]:
+        now = _thread_seconds(self.pid)
+        now["classes generated"] = self.generated()
+        now["python workers"] = worker_cpu()
+        me = psutil.Process().cpu_times()
+        now["driver python"] = me.user + me.system
+        return now
+
+    def sample(self) -> None:
+        self.samples.append(self._now())
+
+    def per_batch(self) -> dict[str, float]:
+        steady = self.samples[WARM_UP:]
+        if len(steady) < 2:
+            return {}
+        first, last = steady[0], steady[-1]
+        return {k: round((last[k] - first.get(k, 0.0)) / (len(steady) - 1), 3) for k in sorted(last)}
+
+
+# ---------------------------------------------------------------------- the jobs
+
+
+def write_source(spark: SparkSession, folder: Path, rows: int, per_batch: int) -> None:
+    """``rows`` rows in files of ``per_batch`` rows each, in arrival order."""
+    files = max(1, rows // per_batch)
+    df = spark.range(files * per_batch, numPartitions=1).selectExpr("id AS seq", f"id % {KEYS} AS order_id")
+    df.write.option("maxRecordsPerFile", per_batch).parquet(str(folder))
+
+
+def batch_job(spark: SparkSession, folder: Path, capacity: int) -> float:
+    df = spark.read.parquet(str(folder))
+    rows = df.count()
+    out = AsyncDataStream.key_ordered_wait(
+        df, enrich, "order_id", order_by="seq", capacity=capacity, output_schema="v long"
+    )
+    started = time.perf_counter()
+    out.write.format("noop").mode("overwrite").save()
+    return rows / (time.perf_counter() - started)
+
+
+def _stream_source(spark: SparkSession, folder: Path) -> DataFrame:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+
+
+def _figures(progress: list[dict[str, Any]], split: CpuSplit) -> dict[str, Any]:
+    steady = [p for p in progress if p["numInputRows"]][WARM_UP:]
+    rows = sum(p["numInputRows"] for p in steady)
+    seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in steady]
+    return {
+        "micro_batches": len(steady),
+        "rows_per_s": round(rows / sum(seconds)) if seconds else 0,
+        "seconds_per_batch": round(statistics.median(seconds), 3) if seconds else 0,
+        "cpu_per_batch": split.per_batch(),
+    }
+
+
+def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
+    split = CpuSplit(spark)
+    query = (
+        _stream_source(spark, folder)
+        .writeStream.foreachBatch(Sink(split))
+        .option("checkpointLocation", str(work / "cp-plain"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return _figures([json.loads(p.json) for p in query.recentProgress], split)
+
+
+def keyed_stream(spark: SparkSession, folder: Path, work: Path, capacity: int) -> dict[str, Any]:
+    split = CpuSplit(spark)
+    stream = AsyncDataStream.key_ordered_stream(
+        _stream_source(spark, folder),
+        enrich,
+        "order_id",
+        order_by="seq",
+        sink=Sink(split),
+        checkpoint_location=str(work / "cp-keyed"),
+        output_schema="v long",
+        capacity=capacity,
+    )
+    query = stream.start(availableNow=True)
+    query.awaitTermination()
+    figures = _figures([json.loads(p.json) for p in query.recentProgress], split)
+    reports = stream.reports[WARM_UP:]
+    assert all(r.parked == 0 for r in reports), "rows were left parked"
+    figures["our_seconds_per_batch"] = (
+        round(statistics.median(r.seconds for r in reports), 3) if reports else 0
+    )
+    return figures
+
+
+# ---------------------------------------------------------------------- the soak
+
+FAIL_SHARE = 0.01
+
+
+class Down(Exception):
+    """The service failed this call (retryable: the row is deferred)."""
+
+
+async def flaky(row: dict[str, Any]) -> dict[str, Any]:
+    import random
+
+    await asyncio.sleep(0.005)
+    if random.random() < FAIL_SHARE:
+        raise Down(f"order {row['order_id']}")
+    return {"v": row["seq"]}
+
+
+def _progress(query: Any, seen: dict[int, dict[str, Any]]) -> None:
+    for p in query.recentProgress:
+        data = json.loads(p.json)
+        seen[int(data["batchId"])] = data
+
+
+def _minute_line(
+    minute: int, batches: list[dict[str, Any]], reports: dict[int, Any], cpu: dict[str, float]
+) -> str:
+    """One minute of the soak (Spark's input counts count every scan of a micro-batch's input,
+    and ours reads it more than once: the rows come from our reports)."""
+    ours = [reports[b["batchId"]] for b in batches if b["batchId"] in reports]
+    rows_in, rows_out = sum(r.rows_in for r in ours), sum(r.rows_out for r in ours)
+    seconds = sorted(b["durationMs"]["triggerExecution"] / 1000 for b in batches) or [0.0]
+    jvm = sum(v for k, v in cpu.items() if k not in ("python workers", "driver python", "classes generated"))
+    shares = {k: cpu.get(k, 0.0) / jvm for k in ("GC", "JIT")} if jvm else {"GC": 0.0, "JIT": 0.0}
+    parked = ours[-1].parked if ours else 0
+    return (
+        f"minute {minute}: {rows_in / 60:,.0f} rows/s in, {rows_out / 60:,.0f} out, {len(batches)} "
+        f"micro-batches, {statistics.median(seconds):.2f} s median, {seconds[-1]:.2f} s largest, "
+        f"{parked:,} parked; JVM {jvm / 60:.2f} cores (GC {shares['GC']:.0%}, JIT {shares['JIT']:.0%}), "
+        f"Python workers {cpu.get('python workers', 0.0) / 60:.2f} cores; "
+        f"{cpu.get('classes generated', 0):.0f} classes generated"
+    )
+
+
+def soak(minutes: float, rate: int, keys: int, capacity: int, conf: dict[str, str]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from keyed_async_wait import DeferPolicy
+
+    spark = local_spark(conf)
+    split = CpuSplit(spark)
+    source = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rate)
+        .load()
+        .select(F.col("value").alias("seq"), (F.col("value") % keys).alias("order_id"))
+    )
+    seen: dict[int, dict[str, Any]] = {}
+    lines, minute_cpu = [], []
+    with tempfile.TemporaryDirectory(prefix="kaw-bench-soak-") as tmp:
+        stream = AsyncDataStream.key_ordered_stream(
+            source,
+            flaky,
+            "order_id",
+            order_by="seq",
+            sink=lambda df, batch_id: df.write.format("noop").mode("overwrite").save(),
+            checkpoint_location=f"{tmp}/cp",
+            output_schema="v long",
+            capacity=capacity,
+            on_error="defer",
+            defer=DeferPolicy(delay=5.0, max_delay=60.0),
+            time_cap=2.0,
+            heartbeat=1,
+        )
+        query = stream.start(processingTime="1 second")
+        started = time.monotonic()
+        try:
+            before = split._now()
+            for minute in range(1, int(minutes) + 1):
+                time.sleep(max(0.0, started + 60 * minute - time.monotonic()))  # the minute measured
+                if query.exception() is not None:
+                    raise RuntimeError(f"the stream failed: {query.exception()}")
+                _progress(query, seen)
+                now = split._now()
+                cpu = {k: now[k] - before.get(k, 0.0) for k in now}
+                before = now
+                minute_cpu.append(cpu)
+                batches = [
+                    b
+                    for b in seen.values()
+                    if started + 60 * (minute - 1) <= _ended(b) < started + 60 * minute
+                ]
+                reports = {r.batch_id: r for r in stream.reports}
+                lines.append(_minute_line(minute, batches, reports, cpu))
+                print(lines[-1], flush=True)
+        finally:
+            query.stop()
+            stream.close()
+    spark.stop()
+    total: Counter[str] = Counter()
+    for cpu in minute_cpu:
+        total.update(cpu)
+    reports = stream.reports
+    return {"minutes": len(minute_cpu), "rows_out": sum(r.rows_out for r in reports), "cpu": dict(total)}
+
+
+def _ended(progress: dict[str, Any]) -> float:
+    """When a micro-batch ended, on this process's monotonic clock."""
+    from datetime import datetime
+
+    began = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+    return time.monotonic() - (time.time() - began - progress["durationMs"]["triggerExecution"] / 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--per-batch", default="2500,25000", help="rows per micro-batch, comma-separated")
+    parser.add_argument("--capacity", type=int, default=200, help="records in flight per task")
+    parser.add_argument("--soak", type=float, default=0, help="minutes: run the soak instead")
+    parser.add_argument("--rate", type=int, default=6_000, help="the soak's rows per second")
+    parser.add_argument("--soak-keys", type=int, default=200_000)
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a Spark setting for the soak")
+    args = parser.parse_args()
+    print(f"calibration: {calibration():.2f} CPU s (the machine's speed now; lower is faster)")
+    if args.soak:
+        result = soak(
+            args.soak, args.rate, args.soak_keys, args.capacity, dict(c.split("=", 1) for c in args.conf)
+        )
+        print(json.dumps(result, indent=2))
+        return
+    spark = local_spark()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="kaw-bench-stream-") as tmp:
+        for per_batch in (int(x) for x in args.per_batch.split(",")):
+            work = Path(tmp) / str(per_batch)
+            folder = work / "in"
+            rows = max(args.rows, (WARM_UP + 4) * per_batch)
+            write_source(spark, folder, rows, per_batch)
+            floor = per_batch / (2 * args.capacity) * DELAY
+            batch = batch_job(spark, folder, args.capacity)
+            plain = plain_stream(spark, folder, work)
+            keyed = keyed_stream(spark, folder, work, args.capacity)
+            results[per_batch] = {"batch_rows_per_s": round(batch), "plain": plain, "keyed": keyed}
+            print(
+                f"{per_batch:,} rows a micro-batch: batch job {batch:,.0f} rows/s; plain stream "
+                f"{plain['rows_per_s']:,} rows/s, {plain['seconds_per_batch']:.2f} s a micro-batch; "
+                f"key_ordered_stream {keyed['rows_per_s']:,} rows/s "
+                f"({keyed['rows_per_s'] / batch:.2f}x the batch job), "
+                f"{keyed['seconds_per_batch']:.2f} s a micro-batch (plain + "
+                f"{keyed['seconds_per_batch'] - plain['seconds_per_batch']:.2f} s; the lookups' floor "
+                f"{floor:.2f} s)"
+            )
+            for name in ("plain", "keyed"):
+                cpu = dict(results[per_batch][name]["cpu_per_batch"])
+                classes = cpu.pop("classes generated", 0.0)
+                print(
+                    f"  CPU s a micro-batch, {name}: "
+                    + ", ".join(f"{k} {v:.3f}" for k, v in cpu.items())
+                    + f"; classes generated a micro-batch {classes:.1f}"
+                )
+    spark.stop()
+    print(json.dumps(results, indent=2))
+    print(f"calibration: {calibration():.2f} CPU s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The parked state's small files (layout, manifests, reports), read and written as text, and
+the sizes of the files of its parts.
+
+A folder holds one text file (``part-00000.txt``); its lines are the content. On a classic
+session they go through Hadoop's ``FileSystem`` in the driver's JVM (any filesystem Spark
+reads, with the session's Hadoop settings): a few milliseconds, where a DataFrame write is a
+Spark job of its own (planning, a task, the output committer: about 0.3 s, paid by every
+micro-batch for its manifest); a ``file:`` path is written with Python's own file calls
+(Hadoop's local filesystem forks a ``chmod`` per file it creates). On Spark Connect there is
+no JVM to call: DataFrames do it.
+A folder's earlier content is removed first (a slot is rewritten only once no version refers to
+it), then the file is written under a hidden name and renamed into place, so a reader (Spark's
+included: it skips hidden files) sees the whole file or none, never half a manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from .metrics import is_connect
+
+__all__ = ["committed_batches", "file_sizes", "read_text", "write_text"]
+
+_NAME = "part-00000.txt"
+
+
+def read_text(spark: SparkSession, path: str) -> str | None:
+    """The lines of the files in folder ``path`` (or in the folders a glob matches), or None
+    when there are none."""
+    if is_connect(spark):
+        return _read_with_dataframes(spark, path)
+    fs, pattern = _filesystem(spark, path)
+    lines: list[str] = []
+    for folder in sorted(fs.globStatus(pattern) or [], key=lambda s: s.getPath().toString()):
+        if not folder.isDirectory():
+            continue
+        for status in sorted(fs.listStatus(folder.getPath()), key=lambda s: s.getPath().getName()):
+            if status.isFile() and not status.getPath().getName().startswith(("_", ".")):
+                lines += _read_file(spark, fs, status.getPath()).splitlines()
+    return "\n".join(lines) or None
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Replace folder ``path``'s content by one file holding ``text``."""
+    if is_connect(spark):
+        spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
+        return
+    fs, folder = _filesystem(spark, path)
+    if _on_driver_disk(fs):  # Hadoop's local filesystem forks a chmod per file it creates
+        _write_local(Path(fs.makeQualified(folder).toUri().getPath()), text)
+        return
+    view = _view(spark)
+    hidden = view.Path(folder, f".{_NAME}.tmp")
+    fs.delete(folder, True)  # what it held: version n - slots, which no version refers to any more
+    stream = fs.create(hidden, True)
+    try:
+        stream.write(bytearray((text + "\n").encode()))
+    finally:
+        stream.close()
+    if not fs.rename(hidden, view.Path(folder, _NAME)):
+        raise OSError(f"could not rename {hidden.toString()} in place")
+
+
+def _on_driver_disk(fs: Any) -> bool:
+    return bool(fs.getScheme() == "file")
+
+
+def _write_local(folder: Path, text: str) -> None:
+    """:func:`write_text` on the driver's own disk (the checkpoint's ``file:`` paths)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    hidden = folder / f".{_NAME}.tmp"
+    hidden.write_text(text + "\n")
+    os.replace(hidden, folder / _NAME)
+
+
+def file_sizes(spark: SparkSession, path: str) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of the files in folder ``path`` that readers see (not hidden), by name."""
+    fs, folder = _filesystem(spark, path)
+    if _on_driver_disk(fs):
+        local = Path(fs.makeQualified(folder).toUri().getPath())
+        found = [(e.name, e.stat().st_size) for e in os.scandir(local) if e.is_file()]
+    else:
+        found = [(s.getPath().getName(), int(s.getLen())) for s in fs.listStatus(folder) if s.isFile()]
+    return tuple(sorted((name, size) for name, size in found if not name.startswith(("_", "."))))
+
+
+def committed_batches(spark: SparkSession, checkpoint: str) -> list[int]:
+    """The micro-batches Spark's commit log says committed."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        rows = spark.read.format("binaryFile").load(f"{checkpoint}/commits").select("path").collect()
+    except AnalysisException:
+        return []
+    names = [row.path.rsplit("/", 1)[-1] for row in rows]
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def _view(spark: SparkSession) -> Any:
+    """A JVM view of the driver's gateway with the classes used here imported: each hop of a
+    dotted name is a round trip to the JVM, and a micro-batch writes its manifest here."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    view = _VIEWS.get(id(gateway))
+    if view is None:
+        from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+
+        view = gateway.new_jvm_view("keyed_async_wait.small_files")
+        java_import(view, "org.apache.hadoop.fs.Path")
+        java_import(view, "org.apache.commons.io.IOUtils")
+        _VIEWS[id(gateway)] = view
+    return view
+
+
+_VIEWS: dict[int, Any] = {}
+
+
+def _filesystem(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for ``path``, with the session's Hadoop settings, and the path."""
+    folder = _view(spark).Path(path)
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    return folder.getFileSystem(conf), folder
+
+
+def _read_file(spark: SparkSession, fs: Any, path: Any) -> str:
+    stream = fs.open(path)
+    try:
+        data = _view(spark).IOUtils.toByteArray(stream)
+    finally:
+        stream.close()
+    return bytes(data).decode()
+
+
+def _read_with_dataframes(spark: SparkSession, path: str) -> str | None:
+    from pyspark.errors import AnalysisException
+
+    try:
+        lines = spark.read.text(path).collect()
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return None
+        raise
+    return "\n".join(row.value for row in lines) or None

@@ -1,0 +1,42 @@
+"""The parked state's small files: written whole, replacing what a folder held, read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keyed_async_wait.spark import small_files
+from keyed_async_wait.spark.small_files import read_text, write_text
+
+
+def _visible(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith((".", "_")))
+
+
+@pytest.mark.parametrize("through_hadoop", [False, True], ids=["driver-disk", "hadoop"])
+def test_a_folder_written_by_dataframes_is_replaced_by_one_whole_file(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, through_hadoop: bool
+) -> None:
+    if through_hadoop:  # the path every filesystem but the driver's own disk takes
+        monkeypatch.setattr(small_files, "_on_driver_disk", lambda fs: False)
+    folder = tmp_path / "manifest" / "0003"
+    spark.createDataFrame([("old\nlines",)], "value string").coalesce(1).write.text(str(folder))
+    assert read_text(spark, str(folder)) == "old\nlines"
+    write_text(spark, str(folder), '{"batch": 3}')
+    assert _visible(folder) == ["part-00000.txt"]
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    assert read_text(spark, str(folder)) == '{"batch": 3}'
+    assert spark.read.text(str(folder)).collect()[0].value == '{"batch": 3}'  # Spark reads it alike
+    write_text(spark, str(folder), "newer")
+    assert read_text(spark, str(folder)) == "newer"
+
+
+def test_a_missing_folder_reads_as_none_and_a_glob_reads_every_folder_in_order(
+    spark: Any, tmp_path: Path
+) -> None:
+    assert read_text(spark, str(tmp_path / "nothing")) is None
+    write_text(spark, str(tmp_path / "report" / "0001"), "second")
+    write_text(spark, str(tmp_path / "report" / "0000"), "first")
+    assert read_text(spark, str(tmp_path / "report" / "*")) == "first\nsecond"
