@@ -227,6 +227,22 @@ def _failure(query: Any) -> str:
     return str(query.exception())
 
 
+def _parked_version(spark: Any, service: Any, tmp_path: Path) -> tuple[Sink, Path, int, dict[str, Any]]:
+    """A stream stopped with rows parked: its sink, checkpoint, last committed micro-batch and
+    that micro-batch's manifest."""
+    url, state = service
+    state.latency = 0.05
+    _, sink = _park_some(spark, url, tmp_path)
+    checkpoint = tmp_path / "cp"
+    last = _last_committed(checkpoint)
+    return sink, checkpoint, last, _manifest(checkpoint, last)[1]
+
+
+def _seg_folder(checkpoint: Path, part: dict[str, Any]) -> Path:
+    init = json.loads(_text(checkpoint / "async_state" / "init"))
+    return checkpoint / "async_state" / "seg" / f"{part['batch'] % (init['window'] + init['keep']):04d}"
+
+
 def test_a_missing_version_is_an_error_not_a_fallback_and_accept_loss_says_what_it_costs(
     spark: Any, service: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -262,20 +278,9 @@ def test_a_missing_version_is_an_error_not_a_fallback_and_accept_loss_says_what_
 @pytest.mark.compat("parked state: verified, carried, drained")
 def test_a_truncated_part_file_is_named_before_any_lookup(spark: Any, service: Any, tmp_path: Path) -> None:
     url, state = service
-    state.latency = 0.05
-    _, sink = _park_some(spark, url, tmp_path)
-    checkpoint = tmp_path / "cp"
-    last = _last_committed(checkpoint)
-    _, manifest = _manifest(checkpoint, last)
+    sink, checkpoint, last, manifest = _parked_version(spark, service, tmp_path)
     seg = manifest["segments"][0]
-    init = json.loads(_text(checkpoint / "async_state" / "init"))
-    part = (
-        checkpoint
-        / "async_state"
-        / "seg"
-        / f"{seg['batch'] % (init['window'] + init['keep']):04d}"
-        / seg["files"][0][0]
-    )
+    part = _seg_folder(checkpoint, seg) / seg["files"][0][0]
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     calls, delivered = state.requests, len(sink.rows())
     _, query = _restart(spark, url, tmp_path, sink)
@@ -291,14 +296,9 @@ def test_a_part_file_rewritten_whole_but_changed_is_named_before_any_lookup(
     import pyarrow.parquet as pq
 
     url, state = service
-    state.latency = 0.05
-    _, sink = _park_some(spark, url, tmp_path)
-    checkpoint = tmp_path / "cp"
-    last = _last_committed(checkpoint)
-    _, manifest = _manifest(checkpoint, last)
+    sink, checkpoint, last, manifest = _parked_version(spark, service, tmp_path)
     seg = manifest["segments"][-1]
-    init = json.loads(_text(checkpoint / "async_state" / "init"))
-    folder = checkpoint / "async_state" / "seg" / f"{seg['batch'] % (init['window'] + init['keep']):04d}"
+    folder = _seg_folder(checkpoint, seg)
     # the manifest holds what the write counted: its rows, and its files' sizes as on disk
     assert seg["sized"] and seg["rows"] == pq.read_table(folder).num_rows
     assert {name: (folder / name).stat().st_size for name, _ in seg["files"]} == dict(seg["files"])

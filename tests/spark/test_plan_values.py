@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from keyed_async_wait.spark.plan_values import at_most, equal_to, one_row
@@ -16,6 +17,7 @@ def _compiled(spark: Any) -> int:
     )
 
 
+@pytest.mark.compat("parked state: no code per micro-batch")
 def test_comparisons_are_right_at_their_edges_and_compile_once_for_every_value(spark: Any) -> None:
     df = spark.range(40).selectExpr("id AS seg", "CAST(id AS DOUBLE) * 1.5 + 1795000000.25 AS next_try")
 
@@ -34,6 +36,7 @@ def test_comparisons_are_right_at_their_edges_and_compile_once_for_every_value(s
     assert _compiled(spark) == before, "a new value compiled new code"
 
 
+@pytest.mark.compat("parked state: no code per micro-batch")
 def test_a_value_the_rows_carry_comes_from_a_joined_row_not_the_code(spark: Any) -> None:
     df = spark.range(5).withColumnRenamed("id", "k")
 

@@ -15,6 +15,7 @@ def _visible(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith((".", "_")))
 
 
+@pytest.mark.compat("parked state: small files")
 @pytest.mark.parametrize("through_hadoop", [False, True], ids=["driver-disk", "hadoop"])
 def test_a_folder_written_by_dataframes_is_replaced_by_one_whole_file(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, through_hadoop: bool
@@ -33,6 +34,7 @@ def test_a_folder_written_by_dataframes_is_replaced_by_one_whole_file(
     assert read_text(spark, str(folder)) == "newer"
 
 
+@pytest.mark.compat("parked state: small files")
 def test_a_missing_folder_reads_as_none_and_a_glob_reads_every_folder_in_order(
     spark: Any, tmp_path: Path
 ) -> None:
