@@ -1,7 +1,7 @@
 """What a key_ordered_stream costs per micro-batch, beside the batch job and a plain stream.
 
     ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C]
-    ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K]
+    ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K] [--conf KEY=VALUE ...]
 
 The same 20 ms ``async def`` (no service CPU at all), 2,000 keys, a parquet file source of
 files of ``per-batch`` rows each read with ``maxFilesPerTrigger=1`` and ``availableNow``,
@@ -17,15 +17,17 @@ For the streams: sustained rows/s and the median seconds per micro-batch (Spark'
 first two (warm-up), and the floor the lookups alone set (rows over the tasks' capacity, times
 20 ms). And where the stream's process tree spent its CPU, per micro-batch: the JVM's threads
 grouped by their name (garbage collection, the JIT compilers, task threads, the stream's own
-thread, Spark's scheduler, the rest; read from ``/proc``), the Python workers, the driver.
+thread, Spark's scheduler, the rest; read from ``/proc``), the Python workers, the driver,
+and the classes Spark's code generation compiled (a plan whose code it had not seen).
 
 ``--soak``: a long stream instead, as one runs in production: the rate source at R rows/s
 (default 6,000) over K keys (default 200,000), an ``async def`` of 5 ms of which 1% of calls
 fail into deferral (retried 5 s later, then 10 s, ...), ``time_cap=2``, ``heartbeat=1``, a 1 s
-trigger, Spark's default driver heap (local mode: the JVM's default, a quarter of the
-machine's memory, unless ``spark.driver.memory`` is set). Printed per minute: rows in and out
-per second, the micro-batches' seconds (median and largest), rows parked, and the JVM's CPU
-split; at the end the whole run's, with GC and JIT as a share of the JVM's CPU.
+trigger, Spark's default driver heap (``spark.driver.memory``, 1 GB: in local mode the whole
+job's heap); ``--conf`` sets any Spark setting for it. Printed per minute: rows in and out per
+second (from the stream's reports), the micro-batches' seconds (median and largest), rows
+parked, the JVM's CPU split with GC and JIT as a share of it, and the classes generated; at the
+end the whole run's CPU.
 """
 
 from __future__ import annotations
