@@ -240,7 +240,9 @@ def test_a_job_runs_through_a_reshard_and_a_failover(cluster: Cluster) -> None:
             yield row
 
     fn = RedisWrite(cluster.url(), p + ":{id}", fields=["name"], version="v")
-    pairs = run(through(fn, updates(), retry=RETRY, batch_size=20, capacity=100))
+    # (the records flow for as long as the reshard and the failover take: on a loaded machine
+    # up to the 20,000 cap, more than the default 20 s bound's worth)
+    pairs = run(through(fn, updates(), retry=RETRY, batch_size=20, capacity=100), bound=120)
     assert len(pairs) == len(written) > 3 * keys
     applied: dict[tuple[int, int], int] = {}
     for record, results in pairs:
