@@ -1,11 +1,14 @@
 """What a key_ordered_stream costs per micro-batch, beside the batch job and a plain stream.
 
-    ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C]
+    ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C] [--conf KEY=VALUE ...]
     ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K] [--conf KEY=VALUE ...]
 
 The same 20 ms ``async def`` (no service CPU at all), 2,000 keys, a parquet file source of
 files of ``per-batch`` rows each read with ``maxFilesPerTrigger=1`` and ``availableNow``,
-``local[2]``, two shuffle partitions, Spark's ``noop`` sink. Per micro-batch size, in one run:
+``local[2]``, two shuffle partitions and no adaptive execution (``--conf`` changes any Spark
+setting, in either mode: ``--conf spark.sql.shuffle.partitions=200 --conf
+spark.sql.adaptive.enabled=true`` gives Spark's defaults), Spark's ``noop`` sink. Per
+micro-batch size, in one run:
 
 - ``key_ordered_wait`` as a batch job over all N rows (rows/s);
 - a plain stream: the same source into ``foreachBatch`` writing the rows to ``noop`` (Spark's
@@ -77,15 +80,26 @@ async def enrich(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class Sink:
-    """Spark's ``noop`` sink, taking a CPU sample before each micro-batch's write (the sink
-    runs in this process on a classic session)."""
+    """Spark's ``noop`` sink, taking a CPU sample at the first micro-batch after the warm-up
+    (the sink runs in this process on a classic session; a sample reads ``/proc`` for every
+    JVM thread, about 30 ms: taken once, not per micro-batch, so it stays out of the timings;
+    later micro-batches bring the stream's thread up to date, one read)."""
 
     def __init__(self, split: CpuSplit) -> None:
-        self.split = split
+        self.split, self.calls = split, 0
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.split.sample()
+        if self.calls == WARM_UP:
+            self.split.sample()
+        elif self.calls > WARM_UP:
+            self.split.touch()
+        self.calls += 1
         df.write.format("noop").mode("overwrite").save()
+
+    @property
+    def steady(self) -> int:
+        """Micro-batches since the sample."""
+        return max(0, self.calls - WARM_UP)
 
 
 # ---------------------------------------------------------------------- CPU, by process and thread
@@ -95,40 +109,51 @@ def jvm_pid(spark: SparkSession) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
 
-def _thread_seconds(pid: int) -> Counter[str]:
-    """CPU seconds of each group of the JVM's threads, as /proc has them now."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: Counter[str] = Counter()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended in between
-        seconds = (int(fields[11]) + int(fields[12])) / tick
-        group = next((g for g, prefixes in THREADS if name.startswith(prefixes)), "other")
-        out[group] += seconds
-    return out
+def _thread(pid: int, tid: str) -> tuple[str, float] | None:
+    """A JVM thread's name and CPU seconds (None: it has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuSplit:
-    """CPU seconds per micro-batch, per part of the process tree, from a sample taken at each
-    micro-batch's sink: over the micro-batches after the warm-up. A JVM thread that ended in
-    between takes its seconds with it (Spark keeps its pools)."""
+    """CPU seconds per micro-batch, per part of the process tree, between a sample taken after
+    the warm-up and one at the end. Each JVM thread counts with its CPU when last seen: a
+    thread that ends in between (the stream's, when the query stops) keeps what it had then,
+    and :meth:`touch` brings the stream's thread up to date cheaply each micro-batch."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.pid = jvm_pid(spark)
         self.samples: list[Counter[str]] = []
+        self._seen: dict[str, tuple[str, float]] = {}  # tid -> (group, CPU seconds last seen)
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def _look(self, tids: Any) -> None:
+        for tid in tids:
+            found = _thread(self.pid, tid)
+            if found is not None:
+                name, seconds = found
+                group = next((g for g, prefixes in THREADS if name.startswith(prefixes)), "other")
+                self._seen[tid] = (group, seconds)
+
+    def touch(self) -> None:
+        """Bring the stream's thread up to date (one small read)."""
+        self._look([tid for tid, (group, _) in self._seen.items() if group == "stream"])
 
     def generated(self) -> int:
         """Classes Spark's code generation compiled so far (a plan it had not seen before)."""
         return int(self._codegen.METRIC_COMPILATION_TIME().getCount())
 
     def _now(self) -> Counter[str]:
-        now = _thread_seconds(self.pid)
+        self._look(os.listdir(f"/proc/{self.pid}/task"))
+        now: Counter[str] = Counter()
+        for group, seconds in self._seen.values():
+            now[group] += seconds
         now["classes generated"] = self.generated()
         now["python workers"] = worker_cpu()
         me = psutil.Process().cpu_times()
@@ -138,12 +163,12 @@ class CpuSplit:
     def sample(self) -> None:
         self.samples.append(self._now())
 
-    def per_batch(self) -> dict[str, float]:
-        steady = self.samples[WARM_UP:]
-        if len(steady) < 2:
+    def per_batch(self, batches: int) -> dict[str, float]:
+        """Between the first and the last sample, per micro-batch of the ``batches`` run then."""
+        if len(self.samples) < 2 or batches < 1:
             return {}
-        first, last = steady[0], steady[-1]
-        return {k: round((last[k] - first.get(k, 0.0)) / (len(steady) - 1), 3) for k in sorted(last)}
+        first, last = self.samples[0], self.samples[-1]
+        return {k: round((last[k] - first.get(k, 0.0)) / batches, 3) for k in sorted(last)}
 
 
 # ---------------------------------------------------------------------- the jobs
@@ -171,7 +196,7 @@ def _stream_source(spark: SparkSession, folder: Path) -> DataFrame:
     return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
 
 
-def _figures(progress: list[dict[str, Any]], split: CpuSplit) -> dict[str, Any]:
+def _figures(progress: list[dict[str, Any]], split: CpuSplit, sink: Sink) -> dict[str, Any]:
     steady = [p for p in progress if p["numInputRows"]][WARM_UP:]
     rows = sum(p["numInputRows"] for p in steady)
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in steady]
@@ -179,38 +204,42 @@ def _figures(progress: list[dict[str, Any]], split: CpuSplit) -> dict[str, Any]:
         "micro_batches": len(steady),
         "rows_per_s": round(rows / sum(seconds)) if seconds else 0,
         "seconds_per_batch": round(statistics.median(seconds), 3) if seconds else 0,
-        "cpu_per_batch": split.per_batch(),
+        "cpu_per_batch": split.per_batch(sink.steady),
     }
 
 
 def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
     split = CpuSplit(spark)
+    sink = Sink(split)
     query = (
         _stream_source(spark, folder)
-        .writeStream.foreachBatch(Sink(split))
+        .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(work / "cp-plain"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    return _figures([json.loads(p.json) for p in query.recentProgress], split)
+    split.sample()
+    return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
 
 
 def keyed_stream(spark: SparkSession, folder: Path, work: Path, capacity: int) -> dict[str, Any]:
     split = CpuSplit(spark)
+    sink = Sink(split)
     stream = AsyncDataStream.key_ordered_stream(
         _stream_source(spark, folder),
         enrich,
         "order_id",
         order_by="seq",
-        sink=Sink(split),
+        sink=sink,
         checkpoint_location=str(work / "cp-keyed"),
         output_schema="v long",
         capacity=capacity,
     )
     query = stream.start(availableNow=True)
     query.awaitTermination()
-    figures = _figures([json.loads(p.json) for p in query.recentProgress], split)
+    split.sample()
+    figures = _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
     reports = stream.reports[WARM_UP:]
     assert all(r.parked == 0 for r in reports), "rows were left parked"
     figures["our_seconds_per_batch"] = (
@@ -341,7 +370,7 @@ def main() -> None:
     parser.add_argument("--soak", type=float, default=0, help="minutes: run the soak instead")
     parser.add_argument("--rate", type=int, default=6_000, help="the soak's rows per second")
     parser.add_argument("--soak-keys", type=int, default=200_000)
-    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a Spark setting for the soak")
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a Spark setting")
     args = parser.parse_args()
     print(f"calibration: {calibration():.2f} CPU s (the machine's speed now; lower is faster)")
     if args.soak:
@@ -350,7 +379,7 @@ def main() -> None:
         )
         print(json.dumps(result, indent=2))
         return
-    spark = local_spark()
+    spark = local_spark(dict(c.split("=", 1) for c in args.conf))
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="kaw-bench-stream-") as tmp:
         for per_batch in (int(x) for x in args.per_batch.split(",")):

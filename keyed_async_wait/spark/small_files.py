@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         return
     fs, folder = _filesystem(spark, path)
     if _on_driver_disk(fs):  # Hadoop's local filesystem forks a chmod per file it creates
-        _write_local(Path(fs.makeQualified(folder).toUri().getPath()), text)
+        _write_local(_local_path(fs, folder), text)
         return
     view = _view(spark)
     hidden = view.Path(folder, f".{_NAME}.tmp")
@@ -70,6 +71,10 @@ def _on_driver_disk(fs: Any) -> bool:
     return bool(fs.getScheme() == "file")
 
 
+def _local_path(fs: Any, folder: Any) -> Path:
+    return Path(fs.makeQualified(folder).toUri().getPath())
+
+
 def _write_local(folder: Path, text: str) -> None:
     """:func:`write_text` on the driver's own disk (the checkpoint's ``file:`` paths)."""
     shutil.rmtree(folder, ignore_errors=True)
@@ -83,8 +88,7 @@ def file_sizes(spark: SparkSession, path: str) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of the files in folder ``path`` that readers see (not hidden), by name."""
     fs, folder = _filesystem(spark, path)
     if _on_driver_disk(fs):
-        local = Path(fs.makeQualified(folder).toUri().getPath())
-        found = [(e.name, e.stat().st_size) for e in os.scandir(local) if e.is_file()]
+        found = [(e.name, e.stat().st_size) for e in os.scandir(_local_path(fs, folder)) if e.is_file()]
     else:
         found = [(s.getPath().getName(), int(s.getLen())) for s in fs.listStatus(folder) if s.isFile()]
     return tuple(sorted((name, size) for name, size in found if not name.startswith(("_", "."))))
@@ -107,18 +111,18 @@ def _view(spark: SparkSession) -> Any:
     dotted name is a round trip to the JVM, and a micro-batch writes its manifest here."""
     gateway = spark.sparkContext._gateway
     assert gateway is not None
-    view = _VIEWS.get(id(gateway))
+    view = _VIEWS.get(gateway)  # per gateway: a session stopped and started again has a new one
     if view is None:
         from py4j.java_gateway import java_import  # type: ignore[import-untyped]
 
         view = gateway.new_jvm_view("keyed_async_wait.small_files")
         java_import(view, "org.apache.hadoop.fs.Path")
         java_import(view, "org.apache.commons.io.IOUtils")
-        _VIEWS[id(gateway)] = view
+        _VIEWS[gateway] = view
     return view
 
 
-_VIEWS: dict[int, Any] = {}
+_VIEWS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _filesystem(spark: SparkSession, path: str) -> tuple[Any, Any]:
