@@ -154,20 +154,23 @@ class MicroBatch:
         if self.heartbeat:
             batch = batch.where(~F.col(TICK)).drop(TICK)
         new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
-        replay = self._replay(previous, batch_id)
+        # the lookups, and every step over the parked state, run in this many partitions
+        n = key_partitions(spark, self.num_partitions)
+        replay = self._replay(previous, batch_id, n)
         behind, run_new = None, new
         if replay.carried_keys is not None and not (self.heartbeat and batch.isEmpty()):
             # (only a heartbeat makes micro-batches without input: then no row parks behind a key)
-            behind = new.join(replay.carried_keys, self.key_columns, "left_semi")
-            run_new = new.join(replay.carried_keys, self.key_columns, "left_anti")
+            keyed = new.repartition(n, *self.key_columns)  # partitioned as the carried keys are
+            behind = keyed.join(replay.carried_keys, self.key_columns, "left_semi")
+            run_new = keyed.join(replay.carried_keys, self.key_columns, "left_anti")
         both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
         counts = _task_counts(spark)
         parking = replace(self.parking, batch_id=batch_id, counts=counts)
-        enriched = self.build(self._ordered(both), parking).persist(StorageLevel.MEMORY_AND_DISK)
+        enriched = self.build(self._ordered(both, n), parking).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
             rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
-            written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked)
+            written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n)
             version = self._store.commit(
                 batch_id, previous, written, replay.replayed, replay.carried == 0 and previous is not None
             )
@@ -204,17 +207,15 @@ class MicroBatch:
         assert self._store is not None, "a micro-batch has not run yet"
         return self._store
 
-    def _ordered(self, both: DataFrame) -> DataFrame:
-        spark = both.sparkSession
-        n = key_partitions(spark, self.num_partitions)
+    def _ordered(self, both: DataFrame, n: int) -> DataFrame:
         origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
         return both.repartition(n, *self.key_columns).sortWithinPartitions(
             origin, _state().seg, _state().order, *self.order_by
         )
 
-    def _replay(self, previous: Version | None, batch_id: int) -> _Replay:
+    def _replay(self, previous: Version | None, batch_id: int, n: int) -> _Replay:
         """Which parked keys run now (due, oldest first, within the budget) and which stay."""
-        parked = self.store.live(previous, self.state_schema, self.key_columns) if previous else None
+        parked = self.store.live(previous, self.state_schema, self.key_columns, n) if previous else None
         if parked is None or previous is None:
             return _Replay(None, None, None, 0, 0)
         now = time.time()
@@ -273,6 +274,7 @@ class MicroBatch:
         replay: _Replay,
         batch_id: int,
         reparked: int,
+        n: int,
     ) -> dict[str, Part | None]:
         """Write what version ``batch_id`` adds: its segment (re-parked rows, new rows behind
         carried keys, the live rows of segments leaving the window, compacted keeping their
@@ -284,7 +286,7 @@ class MicroBatch:
             parts.append(_behind_state(behind, self.key_columns, self.order_by, batch_id).select(*columns))
         aged = self.store.aged(batch_id, previous)
         if aged and previous is not None:
-            old = self.store.live(previous, self.state_schema, self.key_columns, only=aged)
+            old = self.store.live(previous, self.state_schema, self.key_columns, n, only=aged)
             if old is not None:
                 if replay.selected is not None:
                     old = old.join(replay.selected, self.key_columns, "left_anti")
@@ -294,7 +296,8 @@ class MicroBatch:
             segment = parts[0]
             for part in parts[1:]:
                 segment = segment.unionByName(part)
-            written["seg"] = self.store.write("seg", segment, batch_id)
+            # as many files as the lookups' partitions, not one per part's partition
+            written["seg"] = self.store.write("seg", segment.coalesce(n), batch_id)
         if replay.selected is not None and replay.carried:  # other keys stay in the older segments
             written["rm"] = self.store.write("rm", replay.selected, batch_id)
         return written

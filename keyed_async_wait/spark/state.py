@@ -276,22 +276,36 @@ class ParkedStore:
     # ------------------------------------------------------------------ reading
 
     def live(
-        self, version: Version, schema: StructType, keys: Sequence[str], only: Sequence[int] | None = None
+        self,
+        version: Version,
+        schema: StructType,
+        keys: Sequence[str],
+        partitions: int,
+        only: Sequence[int] | None = None,
     ) -> DataFrame | None:
         """The live parked rows of ``version`` (of its segments ``only``, when given; None
-        when there are none)."""
+        when there are none), hash-partitioned by ``keys`` into ``partitions``.
+
+        The partitioning is explicit so that every step over the state (the removal join, the
+        per-key summary, the joins with a micro-batch's keys, the parts written) runs at the
+        lookups' partition count rather than ``spark.sql.shuffle.partitions`` (200 by default:
+        200 tasks a step, 200 files a part, a cached summary Spark cannot coalesce)."""
         segments = [p for p in version.segments if only is None or p.batch in only]
         if not version.rows or not segments:
             return None
         # one scan over every segment (and one over every removal set), each row tagged with
         # the micro-batch that wrote it, found from its file's slot: a union of one scan per
         # part made a plan, code-generated afresh each micro-batch, that grew with the window
-        rows = self._scan("seg", segments, "_kaw_file", spark_schema=schema)
+        rows = self._scan("seg", segments, "_kaw_file", spark_schema=schema).repartition(partitions, *keys)
         if version.removals:
-            removed = self._scan("rm", version.removals, "_kaw_removed").select(*keys, "_kaw_removed")
-            condition = [rows[k].eqNullSafe(removed[k]) for k in keys] + [
-                removed["_kaw_removed"] > rows["_kaw_file"]
-            ]
+            removed = (
+                self._scan("rm", version.removals, "_kaw_removed")
+                .select(*keys, "_kaw_removed")
+                .repartition(partitions, *keys)
+            )
+            # plain equality (a parked key is never NULL: the worker refuses NULL keys, and a row
+            # parks behind a key only by an equality join), so the join keeps the partitioning
+            condition = [rows[k] == removed[k] for k in keys] + [removed["_kaw_removed"] > rows["_kaw_file"]]
             rows = rows.join(removed, on=condition, how="left_anti")
         return rows.drop("_kaw_file")
 
