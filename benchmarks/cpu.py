@@ -43,14 +43,12 @@ import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-import psutil
 from pyspark.sql import DataFrame
 
 from keyed_async_wait import AsyncDataStream
@@ -59,66 +57,10 @@ from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cheap_service import SERVICES, lookup_service
+from cpu_meter import Split, measure_split
 from spark_throughput import KEYS, RETRY, SQL_SETTINGS, calibration, hand_written, local_spark, source
 
 Job = Callable[[], DataFrame]
-
-
-def worker_cpu() -> float:
-    """CPU seconds of Spark's Python workers so far (the daemon, its live and reaped children)."""
-    total = 0.0
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info.get("cmdline") or []
-        if not any("pyspark.daemon" in part or "pyspark.worker" in part for part in cmdline):
-            continue
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def jvm_cpu() -> float:
-    """CPU seconds of the Spark JVMs this driver started (``local[...]``: one), so far."""
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.name() != "java":
-                continue
-            t = child.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
-
-
-def driver_cpu() -> float:
-    """CPU seconds of this process (the driver's Python), so far."""
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
-
-
-class Split(NamedTuple):
-    """One run: rows/s, and CPU seconds per 1,000 rows of Spark's Python workers, its JVM and
-    the driver's Python."""
-
-    rate: float
-    workers: float
-    jvm: float
-    driver: float
-
-
-def measure_split(job: Job, rows: int) -> Split:
-    """:class:`Split` of one run."""
-    before = (worker_cpu(), jvm_cpu(), driver_cpu())
-    wall = time.perf_counter()
-    job().write.format("noop").mode("overwrite").save()
-    wall = time.perf_counter() - wall
-    spent = [
-        after - start for after, start in zip((worker_cpu(), jvm_cpu(), driver_cpu()), before, strict=True)
-    ]
-    return Split(rows / wall, *(cpu / rows * 1000 for cpu in spent))
 
 
 def measure(job: Job, rows: int) -> tuple[float, float]:

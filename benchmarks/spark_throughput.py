@@ -1,6 +1,7 @@
 """Whole Spark jobs (local[2]): the three waits next to the usual alternatives, in one run.
 
-    ./run bench spark_throughput [--rows N] [--quick] [--json PATH] [--service python|nginx]
+    ./run bench spark_throughput [--rows N] [--quick] [--json PATH] [--chart SVG]
+                                 [--service python|nginx]
 
 A 20 ms HTTP service runs in its own process (``--service nginx``: Debian's nginx with its
 echo module, which costs next to nothing per request, so the figures are the library's cost;
@@ -14,6 +15,9 @@ Then key_ordered_wait with maxRecordsPerBatch=100, and batched Redis lookups end
 The physical limit: what a client that costs nothing gets from the same service, measured with
 ``wrk`` (a C load generator) at 400 connections, the most the jobs keep in flight, and at
 200, the hand-written job's 100 per task; each HTTP job is printed as a fraction of both.
+Each main job's CPU per row is printed split by process (Spark's Python workers, its JVM, the
+driver's Python; ``cpu_meter.py``). ``--chart SVG`` draws rows/s and CPU per row, the limits
+as lines, into an SVG (``chart.py``, matplotlib from the ``bench`` extra).
 ``wrk`` is taken from PATH, else from Debian's package,
 fetched with ``apt-get download`` (no root) into ~/.cache/keyed-async-wait/wrk; the figure is
 left out, saying so, when neither works.
@@ -54,6 +58,7 @@ from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cheap_service import SERVICES, lookup_service
+from cpu_meter import Split, measure_split
 
 KEYS = 2_000
 RETRY = RetryStrategy.fixed_delay(3, 0.1)
@@ -250,6 +255,7 @@ def main() -> None:
     parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
     parser.add_argument("--json", type=Path, help="also write the figures (rows/s by job) here")
+    parser.add_argument("--chart", type=Path, help="also draw them into this SVG file")
     parser.add_argument("--defaults-job", help=argparse.SUPPRESS)  # the child run on Spark's defaults
     args = parser.parse_args()
     import pyspark
@@ -259,10 +265,12 @@ def main() -> None:
         print(json.dumps({"rows_per_s": defaults_rate(url, int(rows))}))
         return
 
-    print(f"pyspark {pyspark.__version__}; calibration loop before: {calibration():.3f} CPU s")
+    before = calibration()
+    print(f"pyspark {pyspark.__version__}; calibration loop before: {before:.3f} CPU s")
     n = 20_000 if args.quick else args.rows
     spark = local_spark()
     results: dict[str, float] = {}
+    cpu: dict[str, Split] = {}
 
     def report(label: str, rate: float, base: str | None = None) -> None:
         results[label] = rate
@@ -361,7 +369,9 @@ def main() -> None:
         for job in jobs.values():  # warm the workers up, for everybody alike
             job(2_000).write.format("noop").mode("overwrite").save()
         for label, job in jobs.items():
-            report(label, rows_per_second(lambda job=job: job(n), n))
+            split = cpu[label] = measure_split(lambda job=job: job(n), n)
+            report(label, split.rate)
+            print(f"  {'':<48} {cpu_text(split)}")
         best = max((k for k in results if k.startswith("(b)")), key=results.__getitem__)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
         report(
@@ -429,9 +439,34 @@ def main() -> None:
             ),
         )
     spark.stop()
-    print(f"calibration loop after: {calibration():.3f} CPU s (the machine's speed: lower is quieter)")
+    after = calibration()
+    print(f"calibration loop after: {after:.3f} CPU s (the machine's speed: lower is quieter)")
+    figures = {
+        "pyspark": pyspark.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": n,
+        "service": args.service,
+        "calibration": [round(before, 3), round(after, 3)],
+        "rows_per_s": results,
+        "cpu_us_per_row": {
+            label: {part: getattr(split, part) * 1000 for part in ("workers", "jvm", "driver")}
+            for label, split in cpu.items()
+        },
+    }
     if args.json:
-        args.json.write_text(json.dumps({"pyspark": pyspark.__version__, "rows": n, "rows_per_s": results}))
+        args.json.write_text(json.dumps(figures, indent=1))
+    if args.chart:
+        import chart
+
+        chart.draw(figures, args.chart)
+        print(f"chart: {args.chart}")
+
+
+def cpu_text(split: Split) -> str:
+    """A job's CPU per row by process, in microseconds."""
+    parts = {"workers": split.workers, "JVM": split.jvm, "driver": split.driver}
+    shares = " + ".join(f"{name} {value * 1000:.0f}" for name, value in parts.items())
+    return f"CPU {sum(parts.values()) * 1000:.0f} us a row = {shares}"
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from pyspark.sql import DataFrame, SparkSession
 from keyed_async_wait import AsyncDataStream
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cpu import worker_cpu
+from cpu_meter import worker_cpu
 from spark_throughput import calibration, local_spark
 
 KEYS = 2_000

@@ -357,6 +357,48 @@ def test_a_deferred_backlog_is_carried_not_rewritten_and_drains_after(
     assert sorted({r.order_id for r in sink.rows()}) == [10, 11]
 
 
+def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partitions(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    """At many shuffle partitions (200 by Spark's default) every part is still written as at
+    most one file per lookup partition: the state's steps (due keys, carried keys, the rows
+    parked behind them, the keys taken out) run at the lookups' partition count."""
+    url, state = service
+    state.latency = 0.05
+    state.down_ids = {"3", "7"}  # deferred, not due again here: carried while others replay
+    write_updates(tmp_path / "in", [(seq, seq % 12, seq % 12) for seq in range(240)], files=4)
+    sink = Sink()
+    spark.conf.set("spark.sql.shuffle.partitions", "40")  # the stream's session copies it at start
+    try:
+        stream = AsyncDataStream.key_ordered_stream(
+            spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
+            logged_users(url),
+            "order_id",
+            order_by="seq",
+            sink=sink,
+            checkpoint_location=str(tmp_path / "cp"),
+            time_cap=0.1,  # other keys park too, and are replayed the next micro-batch
+            on_error="defer",
+            defer=DeferPolicy(delay=3600.0),
+            heartbeat=1,
+            timeout=10.0,
+            num_partitions=2,
+        )
+        query = stream.start(processingTime="0.5 seconds")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 40, 120)
+    finally:
+        query.stop()
+    state_dir = tmp_path / "cp" / "async_state"
+    parts = {kind: [d for d in (state_dir / kind).iterdir() if d.is_dir()] for kind in ("seg", "rm")}
+    assert parts["seg"] and parts["rm"], parts  # rows parked behind carried keys, keys taken out
+    files = {str(d): len(list(d.glob("*.parquet"))) for folder in parts.values() for d in folder}
+    assert all(1 <= n <= 2 for n in files.values()), files
+    assert sorted({r.order_id for r in sink.rows()}) == [k for k in range(12) if k not in (3, 7)]
+
+
 @pytest.mark.compat("parked state: verified, carried, drained")
 def test_available_now_reports_what_stays_parked_or_drains_it(
     spark: Any, service: Any, tmp_path: Path, caplog: Any
