@@ -357,6 +357,7 @@ def test_a_deferred_backlog_is_carried_not_rewritten_and_drains_after(
     assert sorted({r.order_id for r in sink.rows()}) == [10, 11]
 
 
+@pytest.mark.compat("parked state: verified, carried, drained")
 def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partitions(
     spark: Any, service: Any, tmp_path: Path
 ) -> None:
