@@ -57,7 +57,7 @@ from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cheap_service import SERVICES, lookup_service
-from cpu_meter import Split, measure_split
+from cpu_meter import Split, measure_split, split_text
 from spark_throughput import KEYS, RETRY, SQL_SETTINGS, calibration, hand_written, local_spark, source
 
 Job = Callable[[], DataFrame]
@@ -245,16 +245,8 @@ def pairs(
 
 def _split_text(runs: list[Split]) -> str:
     """The medians of a job's CPU per row by process, in microseconds."""
-    parts = {
-        name: statistics.median(getattr(r, name) for r in runs) * 1000
-        for name in ("workers", "jvm", "driver")
-    }
-    total = sum(parts.values())
-    shares = " + ".join(f"{name} {parts[key]:.0f}" for key, name in _PROCESSES)
-    return f"{total:.0f} us a row = {shares}"
-
-
-_PROCESSES = (("workers", "workers"), ("jvm", "JVM"), ("driver", "driver"))
+    medians = (statistics.median(getattr(r, name) for r in runs) for name in ("workers", "jvm", "driver"))
+    return split_text(Split(0.0, *medians))
 
 
 def main() -> None:

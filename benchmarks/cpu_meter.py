@@ -71,3 +71,10 @@ def measure_split(job: Job, rows: int) -> Split:
         after - start for after, start in zip((worker_cpu(), jvm_cpu(), driver_cpu()), before, strict=True)
     ]
     return Split(rows / wall, *(cpu / rows * 1000 for cpu in spent))
+
+
+def split_text(split: Split) -> str:
+    """A run's CPU per row by process, in microseconds: ``"128 us a row = workers 103 + ..."``."""
+    parts = {"workers": split.workers, "JVM": split.jvm, "driver": split.driver}
+    shares = " + ".join(f"{name} {value * 1000:.0f}" for name, value in parts.items())
+    return f"{sum(parts.values()) * 1000:.0f} us a row = {shares}"

@@ -58,7 +58,7 @@ from lookup import Field, HttpLookup, RedisLookup
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cheap_service import SERVICES, lookup_service
-from cpu_meter import Split, measure_split
+from cpu_meter import Split, measure_split, split_text
 
 KEYS = 2_000
 RETRY = RetryStrategy.fixed_delay(3, 0.1)
@@ -371,7 +371,7 @@ def main() -> None:
         for label, job in jobs.items():
             split = cpu[label] = measure_split(lambda job=job: job(n), n)
             report(label, split.rate)
-            print(f"  {'':<48} {cpu_text(split)}")
+            print(f"  {'':<48} CPU {split_text(split)}")
         best = max((k for k in results if k.startswith("(b)")), key=results.__getitem__)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
         report(
@@ -460,13 +460,6 @@ def main() -> None:
 
         chart.draw(figures, args.chart)
         print(f"chart: {args.chart}")
-
-
-def cpu_text(split: Split) -> str:
-    """A job's CPU per row by process, in microseconds."""
-    parts = {"workers": split.workers, "JVM": split.jvm, "driver": split.driver}
-    shares = " + ".join(f"{name} {value * 1000:.0f}" for name, value in parts.items())
-    return f"CPU {sum(parts.values()) * 1000:.0f} us a row = {shares}"
 
 
 if __name__ == "__main__":

@@ -369,6 +369,7 @@ def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partiti
     state.down_ids = {"3", "7"}  # deferred, not due again here: carried while others replay
     write_updates(tmp_path / "in", [(seq, seq % 12, seq % 12) for seq in range(240)], files=4)
     sink = Sink()
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "40")  # the stream's session copies it at start
     try:
         stream = AsyncDataStream.key_ordered_stream(
@@ -387,7 +388,7 @@ def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partiti
         )
         query = stream.start(processingTime="0.5 seconds")
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", "4")
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
     try:
         assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 40, 120)
     finally:
