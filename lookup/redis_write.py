@@ -25,6 +25,7 @@ from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateErro
 from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
+from .redis_nodes import per_node, usable
 from .template import Template
 from .writes import Write, to_json
 
@@ -37,11 +38,11 @@ VERSION_SUFFIX = ":kaw-version"
 # for a SET, by Redis's commandstats). KEYS: per write its key and its version key. ARGV: per
 # write its version ('' = unfenced), command, ttl ms ('0' = none), tombstone ttl ms, the count
 # of values, then the value (SET), or (HSET) the count of field and value items, those items,
-# and the fields a NULL removes; before them all (ARGV[1]) the token of this call. A version
-# key holds ``version|token``: the same version found with this call's token is this very call
-# sent again (a client's retry after a lost answer), applied. Answers, per write: 1 applied, 0
-# stale (an older version), 2 the same version already held, or the error of that write alone
-# (the others still run, in order).
+# and the fields a NULL removes; before them all (ARGV[1]) the token of this call's batch (one
+# per attempt: a retry makes a new batch). A version key holds ``version|token``: the same
+# version found with this token is this very call sent again (redis-py's resend after a lost
+# answer), applied. Answers, per write: 1 applied, 0 stale (an older version), 2 the same
+# version already held, or the error of that write alone (the others still run, in order).
 SCRIPT = """
 local token = ARGV[1]
 local function split(held)
@@ -292,15 +293,16 @@ class RedisWrite(Write):
         return bool(outcome)
 
     async def _apply_many(self, items: list[tuple[Any, Hashable, str | None]]) -> list[Any]:
-        """One pipeline of EVALSHA calls of up to ``CHUNK`` writes each (plain str arguments:
-        packed by hiredis), the script loaded first on this client; on a cluster one call holds
-        writes of one slot only, and the pipeline sends each to its node. A call the server had
-        no script for ran nothing: its records get a retryable error, and the script is loaded
-        again."""
+        """EVALSHA calls of up to ``CHUNK`` writes each (plain str arguments: packed by
+        hiredis), the script loaded first on this client: one pipeline; on a cluster one call
+        holds writes of one slot only, and each master's calls go at once
+        (:func:`~lookup.redis_nodes.per_node`). A call the server had no script for ran
+        nothing: its records get a retryable error, and the script is loaded again."""
         handle = self.client()
         targets = [item[1] for item in items[:5]]
         out: list[Any] = [None] * len(items)
         calls: list[list[int]] = []
+        commands: list[tuple[int | None, tuple[Any, ...]]] = []
         async with handle.held() as client:
             with converted_errors(targets, action="write"):
                 if not self._script_loaded:
@@ -308,19 +310,18 @@ class RedisWrite(Write):
                     self._script_loaded = True
             if self.replicas and handle.cluster:
                 raise LookupOptionError("replicas", _NO_CLUSTER_WAIT)
-            async with client.pipeline(transaction=False) as pipe:
-                for group in _by_slot(items) if handle.cluster else [range(len(items))]:
-                    calls += self._queue(pipe, items, group, out, handle.cluster)
-                if calls and self.replicas:
-                    pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
-                with converted_errors(targets, action="write"):
-                    try:
-                        answers = await pipe.execute(raise_on_error=False) if calls else []
-                    except BaseException:  # the answers are lost: the writes may have applied
-                        for members in calls:
-                            for i in members:
-                                _maybe_applied(self._unsure, items[i])
-                        raise
+            token = uuid.uuid4().hex[:12]  # this batch's: a command sent again carries it
+            groups = _by_slot(items) if handle.cluster else {None: list(range(len(items)))}
+            for slot, group in groups.items():
+                calls += self._queue(commands, items, group, out, slot, token)
+            with converted_errors(targets, action="write"):
+                try:
+                    answers = await self._send(client, commands) if calls else []
+                except BaseException:  # the answers are lost: the writes may have applied
+                    for members in calls:
+                        for i in members:
+                            _maybe_applied(self._unsure, items[i])
+                    raise
         held_by: Any = None
         if calls and self.replicas:
             answers, held_by = answers[:-1], answers[-1]
@@ -330,7 +331,7 @@ class RedisWrite(Write):
                 self._script_loaded = False  # the server lost its scripts (a restart): load again
             per_write = answer if isinstance(answer, list) else [answer] * len(members)
             for i, one in zip(members, per_write, strict=True):
-                out[i] = self._outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
+                out[i] = _outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
         if not replicated and self.connection.sentinel:
             # the node may be a master no longer: the next call asks the sentinels again
             await client.connection_pool.disconnect()
@@ -357,21 +358,36 @@ class RedisWrite(Write):
             return held_by
         return _Unreplicated(held_by, self.replicas, self._wait[1])
 
+    async def _send(self, client: Any, commands: list[tuple[int | None, tuple[Any, ...]]]) -> list[Any]:
+        """The calls' answers (each with its keys' cluster slot, or None on one node), and
+        WAIT's last when replicas are asked for (one node only)."""
+        if commands[0][0] is not None and usable(client, read_from_replicas=False):
+            routed = [(slot, command) for slot, command in commands if slot is not None]
+            return await per_node(client, routed, timeout=self.connection.socket_timeout, resend_lost=False)
+        async with client.pipeline(transaction=False) as pipe:
+            for _, command in commands:
+                pipe.execute_command(*command)
+            if self.replicas:
+                pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
+            return list(await pipe.execute(raise_on_error=False))
+
     def _queue(
         self,
-        pipe: Any,
+        commands: list[tuple[int | None, tuple[Any, ...]]],
         items: list[tuple[Any, Hashable, str | None]],
-        group: Any,
+        group: list[int],
         out: list[Any],
-        cluster: bool,
+        slot: int | None,
+        token: str,
     ) -> list[list[int]]:
-        """EVALSHA calls for the writes of ``group`` (indexes into ``items``), queued on ``pipe``;
-        the writes of each call. A write whose record lacks a field gets its error in ``out``."""
+        """EVALSHA calls for the writes of ``group`` (indexes into ``items``; on a cluster all
+        of ``slot``), added to ``commands``; the writes of each call. A write whose record
+        lacks a field gets its error in ``out``."""
         calls: list[list[int]] = []
         keys: list[Any] = []
         args: list[Any] = []
         members: list[int] = []
-        token = uuid.uuid4().hex[:12]  # this call's: the same command sent again carries it
+        cluster = slot is not None
         for i in group:
             record, target, version = items[i]
             try:
@@ -382,33 +398,34 @@ class RedisWrite(Write):
             keys += [target, version_key(str(target), cluster)]
             members.append(i)
             if len(members) == CHUNK:
-                pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)
+                commands.append((slot, ("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)))
                 calls.append(members)
                 keys, args, members = [], [], []
         if members:
-            pipe.execute_command("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)
+            commands.append((slot, ("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)))
             calls.append(members)
         return calls
 
-    @staticmethod
-    def _outcome(target: Hashable, answer: Any) -> Any:
-        if isinstance(answer, redis_errors.NoScriptError):  # not run: safe to try again
-            return ServiceUnavailableError(
-                "the write script was not loaded", lookup_key=target, service="redis", action="write"
-            )
-        if isinstance(answer, redis_errors.ResponseError):
-            return response_error(target, answer, action="write")
-        if isinstance(answer, _Unreplicated):
-            return ServiceUnavailableError(
-                f"applied, but {answer.held_by!r} of {answer.wanted} replicas held it within "
-                f"{answer.ms} ms, so a failover could lose it: written again",
-                lookup_key=target,
-                service="redis",
-                action="write",
-            )
-        if isinstance(answer, BaseException):
-            return answer
-        return bool(answer)
+
+def _outcome(target: Hashable, answer: Any) -> Any:
+    """A write's answer as its result: applied or not, or the error its record gets."""
+    if isinstance(answer, redis_errors.NoScriptError):  # not run: safe to try again
+        return ServiceUnavailableError(
+            "the write script was not loaded", lookup_key=target, service="redis", action="write"
+        )
+    if isinstance(answer, redis_errors.ResponseError):
+        return response_error(target, answer, action="write")
+    if isinstance(answer, _Unreplicated):
+        return ServiceUnavailableError(
+            f"applied, but {answer.held_by!r} of {answer.wanted} replicas held it within "
+            f"{answer.ms} ms, so a failover could lose it: written again",
+            lookup_key=target,
+            service="redis",
+            action="write",
+        )
+    if isinstance(answer, BaseException):
+        return answer
+    return bool(answer)
 
 
 def _maybe_applied(unsure: set[tuple[Hashable, str | None]], item: tuple[Any, Hashable, str | None]) -> None:
@@ -472,9 +489,9 @@ def _has_hash_tag(key: str) -> bool:
     return start >= 0 and key.find("}", start + 1) > start + 1
 
 
-def _by_slot(items: list[tuple[Any, Hashable, str | None]]) -> list[list[int]]:
+def _by_slot(items: list[tuple[Any, Hashable, str | None]]) -> dict[int | None, list[int]]:
     """The writes' indexes, grouped by their key's cluster slot (each group in input order)."""
-    groups: dict[int, list[int]] = {}
+    groups: dict[int | None, list[int]] = {}
     for i, (_, target, _) in enumerate(items):
         groups.setdefault(key_slot(str(target).encode()), []).append(i)
-    return list(groups.values())
+    return groups

@@ -40,6 +40,7 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .redis_connect import RedisClient, RedisConnection
+from .redis_nodes import Routed, mget_by_slot, pipelined, usable
 
 __all__ = ["SharedCache", "SharedCacheClient", "SharedCacheStats"]
 
@@ -175,9 +176,30 @@ class SharedCacheClient:
         return self.prefix + _key_digest(key)
 
     async def _mget(self, names: list[str]) -> list[Any]:
-        """MGET, split by slot on a cluster."""
+        """MGET (on a cluster one per slot, each master's sent at once)."""
+        connection = self.cache.connection
         async with self._client.held() as client:
-            return list(await (client.mget_nonatomic(names) if self._client.cluster else client.mget(names)))
+            if not self._client.cluster:
+                return list(await client.mget(names))
+            if usable(client, connection.read_from_replicas):
+                values = await mget_by_slot(client, names, timeout=connection.socket_timeout)
+                refused = next((v for v in values if isinstance(v, BaseException)), None)
+                if refused is not None:  # as redis-py's MGET would: the read failed
+                    raise refused
+                return values
+            return list(await client.mget_nonatomic(names))
+
+    async def _pipelined(self, routed: Sequence[Routed], *, resend_lost: bool) -> list[Any]:
+        connection = self.cache.connection
+        async with self._client.held() as client:
+            return await pipelined(
+                client,
+                routed,
+                cluster=self._client.cluster,
+                timeout=connection.socket_timeout,
+                resend_lost=resend_lost,
+                read_from_replicas=connection.read_from_replicas,
+            )
 
     def _claim_of(self, key: Hashable) -> str:
         return self.flight_prefix + _key_digest(key)
@@ -190,11 +212,9 @@ class SharedCacheClient:
             return [True] * len(keys)
         ttl_ms = max(1, round(bound * 1000))
         try:
-            async with self._client.held() as client:
-                pipe = client.pipeline(transaction=False)
-                for key in keys:
-                    pipe.set(self._claim_of(key), b"1", nx=True, px=ttl_ms)
-                return [bool(done) for done in await pipe.execute()]
+            names = [self._claim_of(key) for key in keys]
+            claims = [(name, ("SET", name, b"1", "NX", "PX", ttl_ms)) for name in names]
+            return [bool(done) for done in await self._pipelined(claims, resend_lost=False)]
         except Exception as exc:  # noqa: BLE001 - never needed for a right answer
             self._unreachable(exc)
             return [True] * len(keys)
@@ -204,11 +224,8 @@ class SharedCacheClient:
         if self.cache.single_flight is None or not keys:
             return
         try:
-            async with self._client.held() as client:
-                pipe = client.pipeline(transaction=False)
-                for key in keys:
-                    pipe.delete(self._claim_of(key))
-                await pipe.execute()
+            names = [self._claim_of(key) for key in keys]
+            await self._pipelined([(name, ("DEL", name)) for name in names], resend_lost=True)
         except Exception as exc:  # noqa: BLE001 - the claims expire by themselves
             self._unreachable(exc)
 
@@ -281,13 +298,10 @@ class SharedCacheClient:
         if not entries and not claims:
             return
         try:
-            async with self._client.held() as client:
-                pipe = client.pipeline(transaction=False)
-                for name, text in entries:
-                    pipe.set(name, text, px=ttl_ms)
-                for name in claims:  # after the answers: a waiter that sees it gone finds them
-                    pipe.delete(name)
-                await pipe.execute()
+            # (the claims given up are of keys whose answers are not kept here: no order between
+            # the two matters, and on a cluster the masters' shares run side by side)
+            sets = [(name, ("SET", name, text, "PX", ttl_ms)) for name, text in entries]
+            await self._pipelined(sets + [(name, ("DEL", name)) for name in claims], resend_lost=True)
         except Exception as exc:  # noqa: BLE001 - a cache is never needed for a right answer
             self._unreachable(exc)
             return

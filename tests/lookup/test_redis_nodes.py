@@ -1,0 +1,218 @@
+"""A batch's commands sent to each cluster master at once (``lookup.redis_nodes``), on a real
+3-master cluster: the same answers as redis-py's cluster client for random keys, commands and
+stale slot tables (redirects); a connection that broke, timed out or was cancelled never hands
+a late answer to the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from lookup import Field, RedisConnection, RedisLookup
+from lookup import redis_lookup as redis_lookup_module
+from lookup.redis_nodes import mget_by_slot, per_node, usable
+
+from ..core.helpers import run
+from ..redis_topologies import Cluster, redis_cluster
+
+PREFIX = f"n{uuid.uuid4().hex[:6]}"
+KEYS = 40
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with redis_cluster(masters=3, replicas=1) as started:
+        client = started.client()
+        try:
+            for i in range(KEYS):  # JSON values, hashes, a non-JSON string, and missing keys
+                if i % 4 == 0:
+                    client.set(f"{PREFIX}:{i}", json.dumps({"name": f"n{i}"}))
+                elif i % 4 == 1:
+                    client.hset(f"{PREFIX}:{i}", mapping={"name": f"h{i}", "other": "x"})
+                elif i % 4 == 2:
+                    client.set(f"{PREFIX}:{i}", f"plain {i}")
+        finally:
+            client.close()
+        yield started
+
+
+async def _cluster_client(cluster: Cluster) -> Any:
+    client, is_cluster = await RedisConnection(cluster.url(), cluster=True).open()
+    assert is_cluster and usable(client, read_from_replicas=False)
+    return client
+
+
+def _misroute(client: Any, keys: list[str], moved: list[bool]) -> None:
+    """The client's slot table made stale for the slots of the chosen keys: each sent to a
+    master that does not own it (which answers MOVED)."""
+    manager = client.nodes_manager
+    masters = {nodes[0].name: nodes[0] for nodes in manager.slots_cache.values()}
+    for key, wrong in zip(keys, moved, strict=False):
+        if wrong:
+            slot = key_slot(key.encode())
+            owner = manager.slots_cache[slot][0]
+            manager.slots_cache[slot] = [next(m for n, m in masters.items() if n != owner.name)]
+
+
+LOOKUPS = st.sampled_from(
+    [
+        {"command": "GET", "decode": "json", "fields": [Field("name")]},
+        {"command": "GET", "decode": "raw"},
+        {"command": "HGETALL"},
+        {"command": "HMGET", "hash_fields": ["name", "missing"]},
+    ]
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    options=LOOKUPS,
+    ids=st.lists(st.integers(0, KEYS + 5), min_size=1, max_size=60),
+    moved=st.lists(st.booleans(), max_size=60),
+)
+def test_answers_are_redis_pys_for_random_keys_commands_and_stale_slot_tables(
+    cluster: Cluster, options: dict[str, Any], ids: list[int], moved: list[bool]
+) -> None:
+    keys = [f"{PREFIX}:{i}" for i in ids]
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        fn = RedisLookup(cluster.url(), PREFIX + ":{id}", dedup=False, **options)
+        try:
+            handle = fn.client()
+            async with handle.held() as client:
+                assert handle.cluster and usable(client, read_from_replicas=False)
+                _misroute(client, keys, moved)
+            ours = await fn.fetch_many(keys)
+            with mock.patch.object(redis_lookup_module, "usable", lambda *_: False):
+                theirs = await fn.fetch_many(keys)
+            return ours, theirs
+        finally:
+            await fn.aclose()
+
+    ours, theirs = run(both())
+    assert [_comparable(x) for x in ours] == [_comparable(x) for x in theirs]
+
+
+def _comparable(answer: Any) -> Any:
+    if isinstance(answer, BaseException):
+        return (type(answer).__name__, str(answer))
+    return answer
+
+
+def test_a_redirected_slot_is_answered_and_the_slot_table_corrected(cluster: Cluster) -> None:
+    keys = [f"{PREFIX}:{i}" for i in range(0, KEYS, 4)]  # the JSON values
+
+    async def go() -> tuple[list[Any], list[bool]]:
+        client = await _cluster_client(cluster)
+        try:
+            _misroute(client, keys, [True] * len(keys))
+            values = await mget_by_slot(client, keys, timeout=5)
+            again = await per_node(client, [(k, ("GET", k)) for k in keys], timeout=5, resend_lost=False)
+            table = client.nodes_manager.slots_cache
+            owners = [table[key_slot(k.encode())][0].name for k in keys]
+            read = [json.loads(v) for v in values] + [json.loads(v) for v in again]
+            return read, _owned(cluster, keys, owners)
+        finally:
+            await client.aclose()
+
+    values, owned = run(go())
+    assert values == [{"name": f"n{i}"} for i in range(0, KEYS, 4)] * 2
+    assert all(owned)  # redis-py read the redirects: its table names the right masters again
+
+
+def _owned(cluster: Cluster, keys: list[str], owners: list[str]) -> list[bool]:
+    out = []
+    for key, owner in zip(keys, owners, strict=True):
+        port = int(owner.rpartition(":")[2])
+        node = cluster.node(port)
+        try:
+            out.append(node.execute_command("CLUSTER COUNTKEYSINSLOT", key_slot(key.encode())) > 0)
+        finally:
+            node.close()
+    return out
+
+
+def _kill_clients(cluster: Cluster) -> None:
+    for port in cluster.ports[: cluster.masters]:
+        node = cluster.node(port)
+        try:
+            node.execute_command("CLIENT KILL TYPE normal SKIPME yes")
+        finally:
+            node.close()
+
+
+def test_a_broken_connection_is_asked_again_for_reads_and_raised_for_writes(cluster: Cluster) -> None:
+    keys = [f"{PREFIX}:{i}" for i in range(0, KEYS, 4)]
+    routed = [(k, ("GET", k)) for k in keys]
+
+    async def go() -> tuple[list[Any], BaseException | None, list[Any]]:
+        client = await _cluster_client(cluster)
+        try:
+            await per_node(client, routed, timeout=5, resend_lost=True)  # connections made
+            _kill_clients(cluster)
+            reads = await per_node(client, routed, timeout=5, resend_lost=True)
+            await per_node(client, routed, timeout=5, resend_lost=True)
+            _kill_clients(cluster)
+            refused: BaseException | None = None
+            try:
+                await per_node(client, routed, timeout=5, resend_lost=False)
+            except redis.ConnectionError as exc:
+                refused = exc
+            after = await per_node(client, routed, timeout=5, resend_lost=False)
+            return reads, refused, after
+        finally:
+            await client.aclose()
+
+    reads, refused, after = run(go())
+    expected = [json.dumps({"name": f"n{i}"}).encode() for i in range(0, KEYS, 4)]
+    assert reads == expected and after == expected
+    assert isinstance(refused, redis.ConnectionError)
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+def test_a_late_answer_never_reaches_the_next_call(cluster: Cluster, how: str) -> None:
+    """A call timed out or cancelled while its master holds the answer back (a BLPOP of a
+    missing key, answered nil a second later): the next call on that master reads its own
+    answers, not the late nil."""
+    listed = [f"{PREFIX}:{i}" for i in range(KEYS)]
+
+    async def go() -> tuple[BaseException | None, list[Any], list[str]]:
+        client = await _cluster_client(cluster)
+        try:
+            owner = client.nodes_manager.get_node_from_slot
+            node = owner(key_slot(listed[0].encode()))
+            mine = [k for k in listed if owner(key_slot(k.encode())) is node]
+            held = next(k for k in mine if int(k.rpartition(":")[2]) % 4 == 3)  # a missing key
+            values = [k for k in mine if int(k.rpartition(":")[2]) % 4 == 0]
+            assert values, "a JSON value on the same master"
+            bound = 0.3 if how == "timeout" else 5
+            call = asyncio.ensure_future(
+                per_node(client, [(held, ("BLPOP", held, "1"))], timeout=bound, resend_lost=True)
+            )
+            failed: BaseException | None = None
+            try:
+                if how == "cancel":
+                    await asyncio.wait([call], timeout=0.3)
+                    call.cancel()
+                await call
+            except (redis.TimeoutError, asyncio.CancelledError) as exc:
+                failed = exc
+            routed = [(k, ("GET", k)) for k in values]
+            return failed, await per_node(client, routed, timeout=5, resend_lost=False), values
+        finally:
+            await client.aclose()
+
+    failed, answers, values = run(go())
+    expected = redis.TimeoutError if how == "timeout" else asyncio.CancelledError
+    assert isinstance(failed, expected)
+    assert [json.loads(a)["name"] for a in answers] == [f"n{k.rpartition(':')[2]}" for k in values]
