@@ -92,19 +92,24 @@ async def mget_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: flo
     slot's ``MGET`` Redis refused gives each of its keys that error)."""
     slots: dict[int, list[int]] = {}
     for i, key in enumerate(keys):
-        members = slots.setdefault(key_slot(key.encode() if isinstance(key, str) else key), [])
-        members.append(i)
-    groups = list(slots.values())
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        members = slots.get(slot)
+        if members is None:
+            slots[slot] = [i]
+        else:
+            members.append(i)
     routed = [(slot, ("MGET", *[keys[i] for i in members])) for slot, members in slots.items()]
     values: list[Any] = [None] * len(keys)
     answers = await per_node(client, routed, timeout=timeout, resend_lost=True)
-    for members, answer in zip(groups, answers, strict=True):
-        if isinstance(answer, BaseException):
+    for members, answer in zip(slots.values(), answers, strict=True):
+        if len(members) == 1 and type(answer) is list:  # most slots of a batch: one key
+            values[members[0]] = answer[0]
+        elif isinstance(answer, BaseException):
             for i in members:
                 values[i] = answer
-            continue
-        for i, value in zip(members, answer, strict=True):
-            values[i] = value
+        else:
+            for i, value in zip(members, answer, strict=True):
+                values[i] = value
     return values
 
 
@@ -120,12 +125,12 @@ async def per_node(
     ``timeout`` seconds raises ``redis.TimeoutError``; a failed exchange without ``resend_lost``
     raises its error. Values are as Redis sends them (RESP2: a hash is a flat list).
     """
-    groups: dict[Any, list[int]] = {}
-    nodes: dict[int, Any] = {}
+    groups: dict[Any, tuple[list[int], list[tuple[Any, ...]]]] = {}  # per master: indexes, commands
     answers: list[Any] = [None] * len(routed)
     handed: list[int] = []
+    nodes: dict[int, Any] = {}
     find = client.nodes_manager.get_node_from_slot
-    for i, (key, _) in enumerate(routed):
+    for i, (key, words) in enumerate(routed):
         slot = key if isinstance(key, int) else key_slot(key.encode() if isinstance(key, str) else key)
         node = nodes.get(slot)
         if node is None:
@@ -134,17 +139,15 @@ async def per_node(
             except (redis_errors.RedisClusterException, LookupError):  # no master known: redis-py's
                 handed.append(i)
                 continue
-        members = groups.get(node)
-        if members is None:
-            groups[node] = [i]
+        group = groups.get(node)
+        if group is None:
+            groups[node] = ([i], [words])
         else:
-            members.append(i)
-    exchanges = [
-        asyncio.wait_for(_exchange(node, [routed[i][1] for i in members]), timeout)
-        for node, members in groups.items()
-    ]
+            group[0].append(i)
+            group[1].append(words)
+    exchanges = [asyncio.wait_for(_exchange(node, words), timeout) for node, (_, words) in groups.items()]
     outcomes = await asyncio.gather(*exchanges, return_exceptions=True)
-    for members, outcome in zip(groups.values(), outcomes, strict=True):
+    for (members, _), outcome in zip(groups.values(), outcomes, strict=True):
         if isinstance(outcome, BaseException):
             if not (resend_lost and _lost(outcome)):
                 raise _as_redis_error(outcome)
