@@ -39,9 +39,9 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
-from .plan_values import at_most, one_row
+from .plan_values import at_most, one_row, without_stage_code
 from .session import key_partitions
-from .state import ParkedStore, Part, StateError, Version
+from .state import ParkedStore, Part, StateError, Version, joined_by_key
 
 __all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch", "TaskCounts"]
 
@@ -150,30 +150,37 @@ class MicroBatch:
         self._store.spark = spark
         if self.parking.journal is not None and batch_id > 0:  # n - 1 committed: its journal is done
             self.parking.journal.forget(self.parking.journal_prefix, batch_id - 1)
-        previous = self._store.open(batch_id)  # a missing or damaged version fails here: nothing ran
-        if self.heartbeat:
-            batch = batch.where(~F.col(TICK)).drop(TICK)
-        new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
-        # the lookups, and every step over the parked state, run in this many partitions
-        n = key_partitions(spark, self.num_partitions)
-        replay = self._replay(previous, batch_id, n)
-        behind, run_new = None, new
-        if replay.carried_keys is not None and not (self.heartbeat and batch.isEmpty()):
-            # (only a heartbeat makes micro-batches without input: then no row parks behind a key)
-            keyed = new.repartition(n, *self.key_columns)  # partitioned as the carried keys are
-            behind = keyed.join(replay.carried_keys, self.key_columns, "left_semi")
-            run_new = keyed.join(replay.carried_keys, self.key_columns, "left_anti")
-        both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
-        counts = _task_counts(spark)
-        parking = replace(self.parking, batch_id=batch_id, counts=counts)
-        enriched = self.build(self._ordered(both, n), parking).persist(StorageLevel.MEMORY_AND_DISK)
+        with without_stage_code(spark):  # the state's plans (the sink's are the user's)
+            previous = self._store.open(batch_id)  # a missing or damaged version fails here: nothing ran
+            if self.heartbeat:
+                batch = batch.where(~F.col(TICK)).drop(TICK)
+            new = batch.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT))
+            # the lookups, and every step over the parked state, run in this many partitions
+            n = key_partitions(spark, self.num_partitions)
+            replay = self._replay(previous, batch_id, n)
+            behind, run_new = None, new
+            if replay.carried_keys is not None and not (self.heartbeat and batch.isEmpty()):
+                # (only a heartbeat makes micro-batches without input: then no row parks behind a key)
+                keyed = new.repartition(n, *self.key_columns)  # partitioned as the carried keys are
+                carried = joined_by_key(replay.carried_keys)
+                behind = keyed.join(carried, self.key_columns, "left_semi")
+                run_new = keyed.join(carried, self.key_columns, "left_anti")
+            both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
+            counts = _task_counts(spark)
+            parking = replace(self.parking, batch_id=batch_id, counts=counts)
+            enriched = self.build(self._ordered(both, n), parking).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
-            rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
-            written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n)
-            version = self._store.commit(
-                batch_id, previous, written, replay.replayed, replay.carried == 0 and previous is not None
-            )
+            with without_stage_code(spark):
+                rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
+                written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n)
+                version = self._store.commit(
+                    batch_id,
+                    previous,
+                    written,
+                    replay.replayed,
+                    replay.carried == 0 and previous is not None,
+                )
         finally:
             enriched.unpersist()
             if replay.heads is not None:
@@ -251,7 +258,7 @@ class MicroBatch:
         replayed = sum(int(r.rows) for r in summary if r.due and cutoff is not None and r.seg <= cutoff)
         selected = heads.where(chosen).select(*self.key_columns)
         carried_keys = heads.where(~chosen).select(*self.key_columns)
-        rows = parked.join(selected, self.key_columns, "left_semi") if replayed else None
+        rows = parked.join(joined_by_key(selected), self.key_columns, "left_semi") if replayed else None
         return _Replay(
             rows,
             selected if replayed else None,
@@ -289,7 +296,7 @@ class MicroBatch:
             old = self.store.live(previous, self.state_schema, self.key_columns, n, only=aged)
             if old is not None:
                 if replay.selected is not None:
-                    old = old.join(replay.selected, self.key_columns, "left_anti")
+                    old = old.join(joined_by_key(replay.selected), self.key_columns, "left_anti")
                 parts.append(old.select(*columns))
         written: dict[str, Part | None] = {}
         if parts:

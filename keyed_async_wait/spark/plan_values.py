@@ -16,13 +16,17 @@ more than.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-__all__ = ["at_most", "equal_to", "one_row"]
+__all__ = ["at_most", "equal_to", "one_row", "without_stage_code"]
+
+WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 
 _DECIMAL = "decimal(38,6)"
 
@@ -48,3 +52,27 @@ def equal_to(column: Any, value: float) -> Any:
 def one_row(spark: SparkSession, name: str, value: int) -> DataFrame:
     """A one-row table with ``value`` (a long) as column ``name``, to cross join."""
     return spark.sql(f"SELECT * FROM VALUES (CAST({int(value)} AS BIGINT)) AS t({name})")
+
+
+@contextmanager
+def without_stage_code(spark: SparkSession) -> Iterator[None]:
+    """Plans made inside run without whole-stage code generation; the session's own setting
+    is back outside (a user's sink plans with it).
+
+    A micro-batch with parked rows plans several queries over the same parts of the state,
+    and whole-stage code generation writes each into a class named after its stage's place in
+    its query: the same read, join or aggregation in another query or place is another class.
+    Measured, such a micro-batch needs more classes than Spark keeps compiled (100 by default,
+    ``spark.sql.codegen.cache.maxEntries``, fixed when the JVM starts), so each one compiled
+    them again (560-600 classes a minute, the JIT a third of the driver's CPU). Expressions
+    are still compiled (filters, projections, orderings: a class per expression, shared by
+    every query). A persisted plan keeps the setting it was planned with."""
+    before = spark.conf.get(WHOLE_STAGE, None)
+    spark.conf.set(WHOLE_STAGE, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(WHOLE_STAGE)
+        else:
+            spark.conf.set(WHOLE_STAGE, before)

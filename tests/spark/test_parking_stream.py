@@ -268,3 +268,43 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", max_defer_age=5, **common)
     with pytest.raises(ConfigError, match="missing"):
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "nope", **common)
+
+
+def test_the_sink_plans_with_the_users_code_generation_setting(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    """The state's own plans run without whole-stage code generation; the user's sink sees the
+    session's setting as the user left it, during every micro-batch and after the stream."""
+    url, state = service
+    state.latency = 0.2
+    key = "spark.sql.codegen.wholeStage"
+    rows = [(seq, seq % 5, seq % 5) for seq in range(40)]
+    write_updates(tmp_path / "in", rows, files=2)
+    seen: list[str] = []
+    sink = Sink()
+
+    def recording(df: Any, batch_id: int) -> None:
+        seen.append(df.sparkSession.conf.get(key))
+        sink(df, batch_id)
+
+    spark.conf.set(key, "true")
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
+        logged_users(url),
+        "order_id",
+        order_by="seq",
+        sink=recording,
+        checkpoint_location=str(tmp_path / "cp"),
+        time_cap=0.05,  # a quarter of a lookup: rows park and are read back from the state
+        heartbeat=1,
+        timeout=10.0,
+    )
+    query = stream.start(processingTime="0.2 seconds")
+    try:
+        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, 150)
+    finally:
+        query.stop()
+    assert any(r.replayed for r in stream.reports)  # the state's plans ran
+    assert seen and set(seen) == {"true"}
+    assert spark.conf.get(key) == "true"
+    assert sorted(r.seq for r in sink.rows()) == list(range(40))
