@@ -25,7 +25,7 @@ from keyed_async_wait.app import state_tool
 from keyed_async_wait.core.parking import DeferPolicy
 
 from ..processes import group, run_bounded
-from .test_parking_stream import SCHEMA, Sink, logged_users, write_updates
+from .test_parking_stream import SCHEMA, Sink, logged_users, updates_stream, write_updates
 
 pytestmark = pytest.mark.spark
 
@@ -372,13 +372,11 @@ def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partiti
     shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "40")  # the stream's session copies it at start
     try:
-        stream = AsyncDataStream.key_ordered_stream(
-            spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
-            logged_users(url),
-            "order_id",
-            order_by="seq",
-            sink=sink,
-            checkpoint_location=str(tmp_path / "cp"),
+        stream = updates_stream(
+            spark,
+            url,
+            tmp_path,
+            sink,
             time_cap=0.1,  # other keys park too, and are replayed the next micro-batch
             on_error="defer",
             defer=DeferPolicy(delay=3600.0),

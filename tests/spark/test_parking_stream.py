@@ -55,6 +55,29 @@ def calls_keep_key_order(calls: list[Any]) -> bool:
     )
 
 
+def updates_stream(spark: Any, url: str, work: Path, sink: Any, **options: Any) -> Any:
+    """``key_ordered_stream`` of the updates in ``work/in`` (a file a micro-batch) through
+    :func:`logged_users`, keyed by order in ``seq`` order, its checkpoint in ``work/cp``."""
+    return AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(work / "in")),
+        logged_users(url),
+        "order_id",
+        order_by="seq",
+        sink=sink,
+        checkpoint_location=str(work / "cp"),
+        **options,
+    )
+
+
+def run_until(stream: Any, done: Any, trigger: str, bound: float) -> None:
+    """``stream`` started at ``trigger`` until ``done(reports)`` (within ``bound`` s), then stopped."""
+    query = stream.start(processingTime=trigger)
+    try:
+        assert stream.wait_until(done, bound)
+    finally:
+        query.stop()
+
+
 class Sink:
     """An idempotent sink: per batch id, the rows (a re-run replaces them)."""
 
@@ -82,22 +105,9 @@ def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
     rows = [(seq, seq % 20, seq % 20) for seq in range(200)]
     write_updates(tmp_path / "in", rows)
     sink = Sink()
-    stream = AsyncDataStream.key_ordered_stream(
-        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
-        logged_users(url),
-        "order_id",
-        order_by="seq",
-        sink=sink,
-        checkpoint_location=str(tmp_path / "cp"),
-        time_cap=0.02,  # a tenth of one lookup
-        heartbeat=1,
-        timeout=10.0,
-    )
-    query = stream.start(processingTime="0.2 seconds")
-    try:
-        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 0, 150)
-    finally:
-        query.stop()
+    # a time cap of a tenth of one lookup
+    stream = updates_stream(spark, url, tmp_path, sink, time_cap=0.02, heartbeat=1, timeout=10.0)
+    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 0, "0.2 seconds", 150)
     reports = [r for r in stream.reports if r.rows_in or r.replayed]
     assert len(reports) >= 5  # it did take several micro-batches
     assert all(r.rows_out > 0 for r in reports)  # and each made progress
@@ -288,22 +298,9 @@ def test_the_sink_plans_with_the_users_code_generation_setting(
         sink(df, batch_id)
 
     spark.conf.set(key, "true")
-    stream = AsyncDataStream.key_ordered_stream(
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
-        logged_users(url),
-        "order_id",
-        order_by="seq",
-        sink=recording,
-        checkpoint_location=str(tmp_path / "cp"),
-        time_cap=0.05,  # a quarter of a lookup: rows park and are read back from the state
-        heartbeat=1,
-        timeout=10.0,
-    )
-    query = stream.start(processingTime="0.2 seconds")
-    try:
-        assert stream.wait_until(lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, 150)
-    finally:
-        query.stop()
+    # a time cap of a quarter of a lookup: rows park and are read back from the state
+    stream = updates_stream(spark, url, tmp_path, recording, time_cap=0.05, heartbeat=1, timeout=10.0)
+    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, "0.2 seconds", 150)
     assert any(r.replayed for r in stream.reports)  # the state's plans ran
     assert seen and set(seen) == {"true"}
     assert spark.conf.get(key) == "true"
