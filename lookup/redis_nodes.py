@@ -34,7 +34,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio.cluster import ClusterNode
 from redis.crc import key_slot
 
-__all__ = ["Routed", "mget_by_slot", "per_node", "pipelined", "usable"]
+__all__ = ["Routed", "mget_by_slot", "per_node", "pipelined", "raising", "usable"]
 
 # (the key that picks the slot, or the slot, and the command's words)
 Routed = tuple[int | str | bytes, tuple[Any, ...]]
@@ -76,15 +76,20 @@ async def pipelined(
     master's share at once (:func:`per_node`), or redis-py's cluster pipeline where that cannot
     be used. The first error Redis answered is raised, as redis-py's pipeline does."""
     if cluster and usable(client, read_from_replicas):
-        answers = await per_node(client, routed, timeout=timeout, resend_lost=resend_lost)
-        refused = next((a for a in answers if isinstance(a, BaseException)), None)
-        if refused is not None:
-            raise refused
-        return answers
+        return raising(await per_node(client, routed, timeout=timeout, resend_lost=resend_lost))
     pipe = client.pipeline(transaction=False)
     for _, words in routed:
         pipe.execute_command(*words)
     return list(await pipe.execute())
+
+
+def raising(answers: list[Any]) -> list[Any]:
+    """``answers``, unless Redis refused one: then that error is raised (the first), as
+    redis-py's pipeline and MGET do."""
+    refused = next((a for a in answers if isinstance(a, BaseException)), None)
+    if refused is not None:
+        raise refused
+    return answers
 
 
 async def mget_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: float) -> list[Any]:

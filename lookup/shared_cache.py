@@ -40,7 +40,7 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .redis_connect import RedisClient, RedisConnection
-from .redis_nodes import Routed, mget_by_slot, pipelined, usable
+from .redis_nodes import Routed, mget_by_slot, pipelined, raising, usable
 
 __all__ = ["SharedCache", "SharedCacheClient", "SharedCacheStats"]
 
@@ -182,11 +182,7 @@ class SharedCacheClient:
             if not self._client.cluster:
                 return list(await client.mget(names))
             if usable(client, connection.read_from_replicas):
-                values = await mget_by_slot(client, names, timeout=connection.socket_timeout)
-                refused = next((v for v in values if isinstance(v, BaseException)), None)
-                if refused is not None:  # as redis-py's MGET would: the read failed
-                    raise refused
-                return values
+                return raising(await mget_by_slot(client, names, timeout=connection.socket_timeout))
             return list(await client.mget_nonatomic(names))
 
     async def _pipelined(self, routed: Sequence[Routed], *, resend_lost: bool) -> list[Any]:
