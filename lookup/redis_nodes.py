@@ -118,9 +118,7 @@ async def mget_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: flo
     return values
 
 
-async def per_node(
-    client: Any, routed: Sequence[Routed], *, timeout: float, resend_lost: bool
-) -> list[Any]:
+async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, resend_lost: bool) -> list[Any]:
     """Each command's answer, in the order given: the value Redis answered, or the
     ``ResponseError`` it answered for that command.
 
