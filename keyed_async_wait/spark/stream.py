@@ -139,7 +139,9 @@ class KeyedStream:
             query.awaitTermination()
             if query.exception() is not None:
                 raise RuntimeError(f"the query failed: {query.exception()}")
-            if self.parked and drain_timeout:
+            # no report: the source had nothing new (the heartbeat ticks once a second), so
+            # what a former run left parked is known only to a micro-batch: run the drain
+            if drain_timeout and (self.parked or not self.reports):
                 query = self.start(processingTime=f"{self._heartbeat} seconds")
                 try:
                     self.wait_until(lambda reports: reports[-1].parked == 0, drain_timeout)
