@@ -1,6 +1,7 @@
 """What a key_ordered_stream costs per micro-batch, beside the batch job and a plain stream.
 
-    ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C] [--conf KEY=VALUE ...]
+    ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C] [--batch-rounds R]
+                          [--conf KEY=VALUE ...]
     ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K] [--conf KEY=VALUE ...]
 
 The same 20 ms ``async def`` (no service CPU at all), 2,000 keys, a parquet file source of
@@ -10,7 +11,8 @@ setting, in either mode: ``--conf spark.sql.shuffle.partitions=200 --conf
 spark.sql.adaptive.enabled=true`` gives Spark's defaults), Spark's ``noop`` sink. Per
 micro-batch size, in one run:
 
-- ``key_ordered_wait`` as a batch job over all N rows (rows/s);
+- ``key_ordered_wait`` as a batch job over all N rows (rows/s: the median of
+  ``--batch-rounds`` runs, 3 by default, after one that warms the Python workers up);
 - a plain stream: the same source into ``foreachBatch`` writing the rows to ``noop`` (Spark's
   own cost per micro-batch);
 - ``key_ordered_stream`` with nothing parked (the common case).
@@ -181,15 +183,21 @@ def write_source(spark: SparkSession, folder: Path, rows: int, per_batch: int) -
     df.write.option("maxRecordsPerFile", per_batch).parquet(str(folder))
 
 
-def batch_job(spark: SparkSession, folder: Path, capacity: int) -> float:
+def batch_job(spark: SparkSession, folder: Path, capacity: int, rounds: int) -> float:
+    """The batch job's rows/s: the median of ``rounds`` runs after one to warm up (the session's
+    first job also starts its Python workers), as the streams' figures leave out their first
+    micro-batches."""
     df = spark.read.parquet(str(folder))
     rows = df.count()
     out = AsyncDataStream.key_ordered_wait(
         df, enrich, "order_id", order_by="seq", capacity=capacity, output_schema="v long"
     )
-    started = time.perf_counter()
-    out.write.format("noop").mode("overwrite").save()
-    return rows / (time.perf_counter() - started)
+    rates = []
+    for _ in range(rounds + 1):
+        started = time.perf_counter()
+        out.write.format("noop").mode("overwrite").save()
+        rates.append(rows / (time.perf_counter() - started))
+    return statistics.median(rates[1:])
 
 
 def _stream_source(spark: SparkSession, folder: Path) -> DataFrame:
@@ -367,6 +375,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--per-batch", default="2500,25000", help="rows per micro-batch, comma-separated")
     parser.add_argument("--capacity", type=int, default=200, help="records in flight per task")
+    parser.add_argument("--batch-rounds", type=int, default=3, help="the batch job's runs (median)")
     parser.add_argument("--soak", type=float, default=0, help="minutes: run the soak instead")
     parser.add_argument("--rate", type=int, default=6_000, help="the soak's rows per second")
     parser.add_argument("--soak-keys", type=int, default=200_000)
@@ -388,7 +397,7 @@ def main() -> None:
             rows = max(args.rows, (WARM_UP + 4) * per_batch)
             write_source(spark, folder, rows, per_batch)
             floor = per_batch / (2 * args.capacity) * DELAY
-            batch = batch_job(spark, folder, args.capacity)
+            batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
             plain = plain_stream(spark, folder, work)
             keyed = keyed_stream(spark, folder, work, args.capacity)
             results[per_batch] = {"batch_rows_per_s": round(batch), "plain": plain, "keyed": keyed}
