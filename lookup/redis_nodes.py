@@ -59,7 +59,6 @@ def usable(client: Any, read_from_replicas: bool) -> bool:
         and manager is not None
         and callable(getattr(manager, "get_node_from_slot", None))
         and callable(getattr(ClusterNode, "acquire_connection", None))
-        and callable(getattr(ClusterNode, "release", None))
     )
 
 
@@ -128,7 +127,9 @@ async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, res
     ``timeout`` seconds raises ``redis.TimeoutError``; a failed exchange without ``resend_lost``
     raises its error. Values are as Redis sends them (RESP2: a hash is a flat list).
     """
-    groups: dict[Any, tuple[list[int], list[tuple[Any, ...]]]] = {}  # per master: indexes, commands
+    # per master, by its name (redis-py's nodes are not hashable in every release it allows):
+    # the node, the commands' indexes, the commands
+    groups: dict[str, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
     answers: list[Any] = [None] * len(routed)
     handed: list[int] = []
     nodes: dict[int, Any] = {}
@@ -142,15 +143,18 @@ async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, res
             except (redis_errors.RedisClusterException, LookupError):  # no master known: redis-py's
                 handed.append(i)
                 continue
-        group = groups.get(node)
+        group = groups.get(node.name)
         if group is None:
-            groups[node] = ([i], [words])
+            groups[node.name] = (node, [i], [words])
         else:
-            group[0].append(i)
-            group[1].append(words)
-    exchanges = [asyncio.wait_for(_exchange(node, words), timeout) for node, (_, words) in groups.items()]
+            group[1].append(i)
+            group[2].append(words)
+    cache = getattr(client.nodes_manager, "nodes_cache", {})
+    exchanges = [
+        asyncio.wait_for(_exchange(node, words, cache), timeout) for node, _, words in groups.values()
+    ]
     outcomes = await asyncio.gather(*exchanges, return_exceptions=True)
-    for (members, _), outcome in zip(groups.values(), outcomes, strict=True):
+    for (_, members, _), outcome in zip(groups.values(), outcomes, strict=True):
         if isinstance(outcome, BaseException):
             if not (resend_lost and _lost(outcome)):
                 raise _as_redis_error(outcome)
@@ -185,8 +189,9 @@ def _as_redis_error(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _exchange(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """``commands`` written to ``node`` at once on one of its connections, and their answers."""
+async def _exchange(node: Any, commands: list[tuple[Any, ...]], cache: dict[str, Any]) -> list[Any]:
+    """``commands`` written to ``node`` at once on one of its connections, and their answers;
+    ``cache``: redis-py's nodes by name, to tell whether ``node`` is still one of them."""
     connection = node.acquire_connection()
     try:
         await connection.send_packed_command(
@@ -198,8 +203,23 @@ async def _exchange(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
         await asyncio.shield(connection.disconnect(nowait=True))
         raise
     finally:
-        node.release(connection)
+        if cache.get(node.name) is not node:
+            # redis-py read the slots again meanwhile and made new nodes, closing the old ones'
+            # connections (some releases do): one opened since would stay open in a node nobody
+            # holds any more
+            await asyncio.shield(connection.disconnect(nowait=True))
+        _release(node, connection)
     return answers
+
+
+def _release(node: Any, connection: Any) -> None:
+    """``connection`` back to ``node``'s free ones (older redis-py, 6.0 among them, has no
+    method for it: its own calls put the connection back on ``_free``)."""
+    release = getattr(node, "release", None)
+    if release is not None:
+        release(connection)
+    else:
+        node._free.append(connection)
 
 
 async def _read(connection: Any, count: int, error: Callable[[str], Exception]) -> list[Any]:

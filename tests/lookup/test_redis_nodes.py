@@ -189,12 +189,21 @@ def test_a_late_answer_never_reaches_the_next_call(cluster: Cluster, how: str) -
     async def go() -> tuple[BaseException | None, list[Any], list[str]]:
         client = await _cluster_client(cluster)
         try:
-            owner = client.nodes_manager.get_node_from_slot
-            node = owner(key_slot(listed[0].encode()))
-            mine = [k for k in listed if owner(key_slot(k.encode())) is node]
-            held = next(k for k in mine if int(k.rpartition(":")[2]) % 4 == 3)  # a missing key
-            values = [k for k in mine if int(k.rpartition(":")[2]) % 4 == 0]
-            assert values, "a JSON value on the same master"
+
+            def master(key: str) -> str:
+                return str(client.nodes_manager.get_node_from_slot(key_slot(key.encode())).name)
+
+            def kind(key: str) -> int:
+                return int(key.rpartition(":")[2]) % 4  # 3: missing, 0: a JSON value
+
+            # a missing key and JSON values on one master (the keys' slots differ run to run)
+            held, values = next(
+                (k, mine)
+                for k in listed
+                if kind(k) == 3
+                for mine in [[v for v in listed if kind(v) == 0 and master(v) == master(k)]]
+                if mine
+            )
             bound = 0.3 if how == "timeout" else 5
             call = asyncio.ensure_future(
                 per_node(client, [(held, ("BLPOP", held, "1"))], timeout=bound, resend_lost=True)
