@@ -2,7 +2,8 @@
 
     ./run bench streaming [--rows N] [--per-batch 2500,25000] [--capacity C] [--batch-rounds R]
                           [--conf KEY=VALUE ...]
-    ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K] [--conf KEY=VALUE ...]
+    ./run bench streaming --soak MINUTES [--rate R] [--soak-keys K] [--soak-hot SHARE]
+                          [--conf KEY=VALUE ...]
 
 The same 20 ms ``async def`` (no service CPU at all), 2,000 keys, a parquet file source of
 files of ``per-batch`` rows each read with ``maxFilesPerTrigger=1`` and ``availableNow``,
@@ -29,10 +30,11 @@ and the classes Spark's code generation compiled (a plan whose code it had not s
 (default 6,000) over K keys (default 200,000), an ``async def`` of 5 ms of which 1% of calls
 fail into deferral (retried 5 s later, then 10 s, ...), ``time_cap=2``, ``heartbeat=1``, a 1 s
 trigger, Spark's default driver heap (``spark.driver.memory``, 1 GB: in local mode the whole
-job's heap); ``--conf`` sets any Spark setting for it. Printed per minute: rows in and out per
-second (from the stream's reports), the micro-batches' seconds (median and largest), rows
-parked, the JVM's CPU split with GC and JIT as a share of it, and the classes generated; at the
-end the whole run's CPU.
+job's heap); ``--conf`` sets any Spark setting for it; ``--soak-hot SHARE`` sends that share of
+the rows to one key (skew: a key's rows run one at a time, so its rows wait behind each other).
+Printed per minute: rows in and out per second (from the stream's reports), the micro-batches'
+seconds (median and largest), rows parked, the JVM's CPU split with GC and JIT as a share of
+it, and the classes generated; at the end the whole run's CPU.
 """
 
 from __future__ import annotations
@@ -300,18 +302,25 @@ def _minute_line(
     )
 
 
-def soak(minutes: float, rate: int, keys: int, capacity: int, conf: dict[str, str]) -> dict[str, Any]:
+def soak(
+    minutes: float, rate: int, keys: int, capacity: int, conf: dict[str, str], hot: float = 0.0
+) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from keyed_async_wait import DeferPolicy
 
     spark = local_spark(conf)
     split = CpuSplit(spark)
+    value = F.col("value")
+    # ``hot`` of the rows (picked by a hash of the row, so any share) go to key 0, the rest in turn
+    key = F.when(F.pmod(F.hash(value), F.lit(10_000)) < int(hot * 10_000), F.lit(0)).otherwise(
+        1 + value % (keys - 1)
+    )
     source = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", rate)
         .load()
-        .select(F.col("value").alias("seq"), (F.col("value") % keys).alias("order_id"))
+        .select(value.alias("seq"), (key if hot else value % keys).alias("order_id"))
     )
     seen: dict[int, dict[str, Any]] = {}
     lines, minute_cpu = [], []
@@ -379,12 +388,18 @@ def main() -> None:
     parser.add_argument("--soak", type=float, default=0, help="minutes: run the soak instead")
     parser.add_argument("--rate", type=int, default=6_000, help="the soak's rows per second")
     parser.add_argument("--soak-keys", type=int, default=200_000)
+    parser.add_argument("--soak-hot", type=float, default=0.0, help="share of the soak's rows on one key")
     parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a Spark setting")
     args = parser.parse_args()
     print(f"calibration: {calibration():.2f} CPU s (the machine's speed now; lower is faster)")
     if args.soak:
         result = soak(
-            args.soak, args.rate, args.soak_keys, args.capacity, dict(c.split("=", 1) for c in args.conf)
+            args.soak,
+            args.rate,
+            args.soak_keys,
+            args.capacity,
+            dict(c.split("=", 1) for c in args.conf),
+            args.soak_hot,
         )
         print(json.dumps(result, indent=2))
         return
