@@ -3,7 +3,9 @@
 Order: records parked by an earlier run (those given to ``replay_parked``), then records
 restored from a snapshot, then the source. A source chunk that is a
 :class:`~keyed_async_wait.core.parking.ParkedBatch` replays parked records too. Intake pauses
-while the operator is full and reads no record it cannot admit, so a snapshot never misses one.
+while the operator is full and reads no record it cannot admit; what it read and holds back (a
+watermark waiting for the records set aside before it, and what follows) is :attr:`Intake.pending`,
+which a snapshot holds, so a snapshot never misses one.
 After a hold, input is no longer admitted: it is kept for the leftover (:attr:`Intake.unread`),
 or, with ``emit_parked``, handed out as parked records as fast as it is read.
 """
@@ -36,7 +38,16 @@ READ_TURN = 1_024
 class Intake:
     """Feeds the controller (see the module doc)."""
 
-    __slots__ = ("dispatcher", "parked_replay", "read_in_turn", "replay", "run", "unadmitted", "unreplayed")
+    __slots__ = (
+        "dispatcher",
+        "parked_replay",
+        "pending",
+        "read_in_turn",
+        "replay",
+        "run",
+        "unadmitted",
+        "unreplayed",
+    )
 
     def __init__(
         self,
@@ -51,6 +62,9 @@ class Intake:
         self.parked_replay = parked_replay  # parked by an earlier run
         self.unreplayed: list[ParkedItem] = []  # held before the replay was reached
         self.unadmitted: list[Any] = []  # input read after a hold (without emit_parked)
+        # read from the source, not admitted yet: a watermark (and what follows it) waiting for
+        # the records set aside before it, or records waiting for room (a snapshot holds them)
+        self.pending: list[Any] = []
         self.read_in_turn = 0  # records read since the loop last ran
 
     async def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
@@ -79,10 +93,11 @@ class Intake:
         """What the intake took in but never admitted: the replay not reached, input read after
         a hold; each key's records in arrival order."""
         items = list(self.unreplayed)
-        if self.unadmitted:
+        read = self.pending + self.unadmitted
+        if read:
             key_of = self.run.key_of
             assert key_of is not None
-            items.extend(ParkedItem(r, key_of(r)) for r in self.unadmitted if type(r) is not Watermark)
+            items.extend(ParkedItem(r, key_of(r)) for r in read if type(r) is not Watermark)
         return items
 
     async def _parked(self, replay: list[ParkedItem] | None = None) -> None:
@@ -131,7 +146,7 @@ class Intake:
             await self._parked(source)
             return
         run = self.run
-        ctl, counters = run.ctl, run.counters
+        ctl = run.ctl
         iterator = iter(source)
         while True:
             if run.holding:
@@ -157,21 +172,46 @@ class Intake:
             if not chunk:
                 return
             self.read_in_turn += len(chunk)
-            while chunk:
-                before = ctl.records_inside
-                ready = ctl.admit_many(chunk)
-                counters.records_in += ctl.records_inside - before
-                if ctl.set_aside:
-                    run.overflow.put(ctl.take_set_aside())
-                if ready:
-                    self.dispatcher.dispatch_many(ready)
-                run.notify()  # watermarks may be ready to leave
-                chunk, ctl.held_back = ctl.held_back, []
-                if chunk:  # a watermark waits until every record set aside before it is back
-                    await self._set_aside_back()
+            self.pending = chunk
+            await self._admit_pending()
+            if run.failure is not None:
+                return
             if self.read_in_turn >= READ_TURN:  # all read is inside: a snapshot misses none
                 self.read_in_turn = 0
                 await asyncio.sleep(0)  # one turn of the loop: calls, timers and the consumer run
+
+    async def _admit_pending(self) -> None:
+        """Admit what was read (:attr:`pending`) in order, no more at a time than there is room
+        for. A watermark that meets records set aside waits, with what follows it, until they
+        are back, which takes room: what it held back is admitted within the room left then
+        (invariant: records inside never exceed ``capacity + blocked_capacity``). After a
+        hold, what is pending is kept for the leftover, after the records set aside."""
+        run = self.run
+        ctl, counters = run.ctl, run.counters
+        while self.pending:
+            if run.holding:
+                pending, self.pending = self.pending, []
+                await self._held(iter(pending))
+                return
+            if run.failure is not None:
+                return
+            room = run.room_left()
+            if room <= 0:
+                await self._wait_capacity()
+                continue
+            take, rest = self.pending[:room], self.pending[room:]
+            before = ctl.records_inside
+            ready = ctl.admit_many(take)
+            counters.records_in += ctl.records_inside - before
+            if ctl.set_aside:
+                run.overflow.put(ctl.take_set_aside())
+            if ready:
+                self.dispatcher.dispatch_many(ready)
+            run.notify()  # watermarks may be ready to leave
+            held, ctl.held_back = ctl.held_back, []
+            self.pending = held + rest if held else rest
+            if held:  # a watermark waits until every record set aside before it is back
+                await self._set_aside_back()
 
     def _bring_back(self) -> None:
         """Records set aside come back while there is room: for each key whose queue ran dry

@@ -70,6 +70,7 @@ class OperatorState:
             after = entries[-1].seq + 1 if entries else 0
             aside = runtime.run.overflow.peek()
             entries += [Entry(after + i, item.record, item.key) for i, item in enumerate(aside)]
+            entries += runtime.pending_entries(after + len(aside))  # read, not admitted yet
         pending = list(self._replay) if runtime is None else []
         return snapshot_of(entries, pending, self.spec.max_parallelism)
 

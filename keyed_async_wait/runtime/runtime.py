@@ -23,7 +23,7 @@ from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
 from ..core.elements import Watermark
-from ..core.entry import State
+from ..core.entry import Entry, State
 from ..core.parking import FRESH, ParkedItem, ParkInfo
 from ..core.snapshot import SnapshotRecord
 from ..core.spec import WaitSpec
@@ -113,6 +113,18 @@ class Runtime:
     def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> asyncio.Task[None]:
         """Start the intake from ``source`` in a task of its own."""
         return self.loop.create_task(self.intake.feed(source, batches))
+
+    def pending_entries(self, first_seq: int) -> list[Entry]:
+        """What the intake read and has not admitted yet, as entries numbered from
+        ``first_seq`` (for a snapshot: they come after every record inside and set aside)."""
+        key_of = self.run.key_of
+        entries = []
+        for i, element in enumerate(self.intake.pending):
+            if type(element) is Watermark:
+                entries.append(Entry.for_watermark(first_seq + i, element))
+            else:
+                entries.append(Entry(first_seq + i, element, key_of(element) if key_of else None))
+        return entries
 
     def leftover(self) -> list[ParkedItem]:
         """Every record that did not finish, in an order that keeps each key's arrival order:
