@@ -149,7 +149,7 @@ async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, res
         else:
             group[1].append(i)
             group[2].append(words)
-    cache = getattr(client.nodes_manager, "nodes_cache", {})
+    cache = getattr(client.nodes_manager, "nodes_cache", None)
     exchanges = [
         asyncio.wait_for(_exchange(node, words, cache), timeout) for node, _, words in groups.values()
     ]
@@ -189,7 +189,7 @@ def _as_redis_error(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _exchange(node: Any, commands: list[tuple[Any, ...]], cache: dict[str, Any]) -> list[Any]:
+async def _exchange(node: Any, commands: list[tuple[Any, ...]], cache: dict[str, Any] | None) -> list[Any]:
     """``commands`` written to ``node`` at once on one of its connections, and their answers;
     ``cache``: redis-py's nodes by name, to tell whether ``node`` is still one of them."""
     connection = node.acquire_connection()
@@ -203,7 +203,7 @@ async def _exchange(node: Any, commands: list[tuple[Any, ...]], cache: dict[str,
         await asyncio.shield(connection.disconnect(nowait=True))
         raise
     finally:
-        if cache.get(node.name) is not node:
+        if cache is not None and cache.get(node.name) is not node:
             # redis-py read the slots again meanwhile and made new nodes, closing the old ones'
             # connections (some releases do): one opened since would stay open in a node nobody
             # holds any more
