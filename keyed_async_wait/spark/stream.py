@@ -37,6 +37,7 @@ from pyspark.sql.types import StructField, StructType
 
 from ..core.exceptions import ConfigError
 from ..core.parking import DeferPolicy
+from .batch_errors import reads_as_a_stop, short_for_spark
 from .metrics import is_connect
 from .micro_batch import STATE_STRUCT, TICK, BatchReport, MicroBatch
 from .parked import STATE_COLUMN, ParkingPlan
@@ -229,7 +230,14 @@ class KeyedStream:
             with self._changed:
                 self._failure = exc
                 self._changed.notify_all()
-            raise
+            short = short_for_spark(exc)
+            if short is None:
+                raise
+            if reads_as_a_stop(short):  # nothing committed: it runs again at the next start
+                log.info("key_ordered_stream: the query stopped while micro-batch %d ran", batch_id)
+            else:
+                log.error("key_ordered_stream: micro-batch %d failed", batch_id, exc_info=exc)
+            raise short from None  # Spark reads a long py4j error into a stack overflow
         self._add(report)
 
     def _add(self, report: BatchReport) -> None:
