@@ -113,7 +113,7 @@ def _view(spark: SparkSession) -> Any:
     assert gateway is not None
     view = _VIEWS.get(gateway)  # per gateway: a session stopped and started again has a new one
     if view is None:
-        from py4j.java_gateway import java_import  # type: ignore[import-untyped]
+        from py4j.java_gateway import java_import
 
         view = gateway.new_jvm_view("keyed_async_wait.small_files")
         java_import(view, "org.apache.hadoop.fs.Path")
