@@ -347,7 +347,7 @@ from keyed_async_wait import AsyncDataStream
 from lookup import Field, HttpLookup
 spark = (SparkSession.builder.master("local-cluster[2,1,1024]").config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1").config("spark.sql.shuffle.partitions", "4").getOrCreate())
-fn = HttpLookup(sys.argv[1] + "/users/{user_id}", fields=[Field("name")])
+fn = HttpLookup(sys.argv[1] + "/users/{user_id}", fields=[Field("name")], dedup=False)  # a request a row
 df = spark.createDataFrame([(i, i % 9, i % 40) for i in range(300)], "seq long, order_id long, user_id long")
 out = AsyncDataStream.key_ordered_wait(df, fn, key="order_id", order_by="seq")
 rows = out.collect()
