@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the tests' topologies
 from cpu import measure
 from skew import zipf
-from spark_throughput import KEYS, local_spark, source
+from spark_throughput import KEYS, defaults_spark, local_spark, source
 
 from tests.redis_topologies import redis_cluster
 
@@ -98,12 +98,7 @@ def main() -> None:
     parser.add_argument("--keys", choices=["uniform", "zipf"], default="uniform")
     args = parser.parse_args()
     n = args.rows
-    if args.defaults:
-        builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-        spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-    else:
-        spark = local_spark()
+    spark = defaults_spark() if args.defaults else local_spark()
     parts = {} if args.defaults else {"num_partitions": 2}
     if args.keys == "zipf":
         rows = skewed_source(spark, n).cache()
@@ -111,10 +106,9 @@ def main() -> None:
         make_source, keys = (lambda: rows), ZIPF_KEYS
     else:
         make_source, keys = (lambda: source(spark, n)), KEYS
-    print(
-        f"{n:,} rows, {'Zipf 1.1 over 100,000' if args.keys == 'zipf' else '2,000'} keys, "
-        f"{'Spark' + chr(39) + 's default settings' if args.defaults else 'tuned (num_partitions=2)'}"
-    )
+    keys_text = "Zipf 1.1 over 100,000" if args.keys == "zipf" else "2,000"
+    settings = "Spark's default settings" if args.defaults else "tuned (num_partitions=2)"
+    print(f"{n:,} rows, {keys_text} keys, {settings}")
     figures: dict[str, list[tuple[float, float, float]]] = {}
     with redis_url_or_embedded() as one_node, redis_cluster(masters=3, replicas=1) as cluster:
         urls = {"one node": one_node, "3-master cluster": cluster.url()}

@@ -102,11 +102,19 @@ def local_spark(conf: dict[str, str] | None = None) -> SparkSession:
     return spark
 
 
+def defaults_spark() -> SparkSession:
+    """A ``local[2]`` session with Spark's default SQL settings (200 shuffle partitions, adaptive
+    query execution on), without the UI and its progress bar: what a user gets first."""
+    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def defaults_rate(url: str, n: int) -> float:
     """key_ordered_wait's rows/s on a session with Spark's default settings (200 shuffle
     partitions, adaptive query execution on) and no num_partitions: what a user gets first."""
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = defaults_spark()
     lookup = HttpLookup(url + "/users/{user_id}", fields=[Field("name")], max_connections=200)
     options = {"timeout": 10.0, "retry": RETRY, "capacity": 200}
 
