@@ -1,18 +1,18 @@
 """RedisWrite: SET, HSET or DEL from a record, fenced by the record's version in one atomic
-script per write; a batch is one pipeline.
+script per write (many writes per call); a batch is one pipeline.
 
 Beside each key ``K`` the script keeps ``K:kaw-version``, the version of the last write it
 applied. A write runs only when its version is newer (byte order of the strings of
 :mod:`.versions`); then it applies the command and stores its version, atomically (a Lua
 script). A delete keeps its version as a tombstone for ``tombstone_ttl`` seconds, so a late
 older upsert cannot bring the key back meanwhile. With ``ttl`` the key and its version expire
-together. On Redis Cluster the version key is named to share its key's slot (:func:`version_key`).
+together. On Redis Cluster the version key is named to share its key's slot (:func:`version_key`),
+and a batch is one script call per master (:mod:`.redis_write_scripts`).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import logging
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -26,89 +26,25 @@ from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
 from .redis_nodes import per_node, usable
+from .redis_write_scripts import (
+    CHUNK,
+    SCRIPT,
+    SCRIPT_PER_MASTER,
+    by_slot,
+    not_served_here,
+    script_call,
+    version_key,
+)
 from .template import Template
 from .writes import Write, to_json
 
 __all__ = ["RedisWrite"]
 
-COMMANDS = ("SET", "HSET", "DEL")
-VERSION_SUFFIX = ":kaw-version"
+log = logging.getLogger(__name__)
 
-# Many writes per call (a Lua call costs more than the commands in it: 3.5 us against 0.15 us
-# for a SET, by Redis's commandstats). KEYS: per write its key and its version key. ARGV: per
-# write its version ('' = unfenced), command, ttl ms ('0' = none), tombstone ttl ms, the count
-# of values, then the value (SET), or (HSET) the count of field and value items, those items,
-# and the fields a NULL removes; before them all (ARGV[1]) the token of this call's batch (one
-# per attempt: a retry makes a new batch). A version key holds ``version|token``: the same
-# version found with this token is this very call sent again (redis-py's resend after a lost
-# answer), applied. Answers, per write: 1 applied, 0 stale (an older version), 2 the same
-# version already held, or the error of that write alone (the others still run, in order).
-SCRIPT = """
-local token = ARGV[1]
-local function split(held)
-  if not held then return nil, nil end
-  local bar = string.find(held, '|', 1, true)
-  if not bar then return held, '' end
-  return string.sub(held, 1, bar - 1), string.sub(held, bar + 1)
-end
-local function newer(new, held)
-  if not held then return true end
-  local n = math.min(#new, #held)
-  for i = 1, n do
-    local a, b = string.byte(new, i), string.byte(held, i)
-    if a ~= b then return a > b end
-  end
-  return #new > #held
-end
-local function write(key, vkey, version, command, ttl, tomb, first, last)
-  if version ~= '' then
-    local held = redis.pcall('GET', vkey)
-    if type(held) == 'table' and held.err then return held end
-    local held_version, held_token = split(held)
-    if version == held_version then
-      if held_token == token then return 1 end
-      return 2
-    end
-    if not newer(version, held_version) then return 0 end
-  end
-  local done
-  if command == 'DEL' then
-    done = redis.pcall('DEL', key)
-    ttl = tomb
-  elseif command == 'SET' then  -- SET replaces the value and any TTL the key had
-    if ttl ~= '0' then done = redis.pcall('SET', key, ARGV[first], 'PX', ttl)
-    else done = redis.pcall('SET', key, ARGV[first]) end
-  else  -- HSET: the fields with a value set, those with NULL removed (never the text "null")
-    local n = tonumber(ARGV[first])
-    done = 0
-    if n > 0 then done = redis.pcall('HSET', key, unpack(ARGV, first + 1, first + n)) end
-    if not (type(done) == 'table' and done.err) and last > first + n then
-      done = redis.pcall('HDEL', key, unpack(ARGV, first + n + 1, last))
-    end
-    if not (type(done) == 'table' and done.err) then
-      if ttl ~= '0' then redis.pcall('PEXPIRE', key, ttl) else redis.pcall('PERSIST', key) end
-    end
-  end
-  if type(done) == 'table' and done.err then return done end
-  if version ~= '' then
-    local kept = version .. '|' .. token
-    if ttl ~= '0' then redis.call('SET', vkey, kept, 'PX', ttl) else redis.call('SET', vkey, kept) end
-  end
-  return 1
-end
-local out, a = {}, 2
-for w = 1, #KEYS / 2 do
-  local count = tonumber(ARGV[a + 4])
-  local first = a + 5
-  out[w] = write(KEYS[2 * w - 1], KEYS[2 * w], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
-                 first, first + count - 1)
-  a = first + count
-end
-return out
-"""
+COMMANDS = ("SET", "HSET", "DEL")
+
 _UNSURE_MOST = 100_000
-CHUNK = 100  # writes per script call: its Lua overhead shared, Redis still not blocked for long
-_SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()  # what EVALSHA names the script by
 
 
 class RedisWrite(Write):
@@ -226,6 +162,7 @@ class RedisWrite(Write):
         self.tombstone_ms = max(1, round(tombstone_ttl * 1000))
         self._ttl_text, self._tombstone_text = str(self.ttl_ms), str(self.tombstone_ms)
         self._script_loaded = False  # SCRIPT LOAD done on the current client
+        self._by_master = True  # on a cluster, one call per master (until a master refuses it)
         # writes applied that too few replicas held (retried): found again at their own version,
         # they are this write's, not a re-run's, and count as applied once replicas hold them
         self._unsure: set[tuple[Hashable, str | None]] = set()
@@ -294,48 +231,131 @@ class RedisWrite(Write):
 
     async def _apply_many(self, items: list[tuple[Any, Hashable, str | None]]) -> list[Any]:
         """EVALSHA calls of up to ``CHUNK`` writes each (plain str arguments: packed by
-        hiredis), the script loaded first on this client: one pipeline; on a cluster one call
-        holds writes of one slot only, and each master's calls go at once
-        (:func:`~lookup.redis_nodes.per_node`). A call the server had no script for ran
-        nothing: its records get a retryable error, and the script is loaded again."""
+        hiredis), the scripts loaded first on this client: one pipeline. On a cluster one call
+        holds writes of every slot of one master (:data:`SCRIPT_PER_MASTER`) and the masters'
+        calls go at once (:func:`~lookup.redis_nodes.per_node`); a write its master no longer
+        serves (a slot moved), or whose master is not known, goes again in a call of its slot
+        alone, which redis-py routes and redirects. A call the server had no script for ran
+        nothing: its records get a retryable error, and the scripts are loaded again."""
         handle = self.client()
         targets = [item[1] for item in items[:5]]
         out: list[Any] = [None] * len(items)
-        calls: list[list[int]] = []
-        commands: list[tuple[int | None, tuple[Any, ...]]] = []
         async with handle.held() as client:
             with converted_errors(targets, action="write"):
                 if not self._script_loaded:
                     await client.script_load(SCRIPT)  # on a cluster: on every master
+                    if handle.cluster:
+                        await client.script_load(SCRIPT_PER_MASTER)
                     self._script_loaded = True
             if self.replicas and handle.cluster:
                 raise LookupOptionError("replicas", _NO_CLUSTER_WAIT)
             token = uuid.uuid4().hex[:12]  # this batch's: a command sent again carries it
-            groups = _by_slot(items) if handle.cluster else {None: list(range(len(items)))}
+            rest = list(range(len(items)))
+            if handle.cluster and self._by_master and usable(client, read_from_replicas=False):
+                commands, calls, rest = self._per_master(client, items, out, token)
+                answers = await self._exchanged(client, commands, calls, items, targets)
+                self._settle(items, calls, answers, out, not_here=rest)
+                rest.sort()  # a key's writes in their order (all of one key share their master)
+            commands, calls = [], []
+            groups = by_slot(items, rest) if handle.cluster else {None: rest}
             for slot, group in groups.items():
                 calls += self._queue(commands, items, group, out, slot, token)
-            with converted_errors(targets, action="write"):
-                try:
-                    answers = await self._send(client, commands) if calls else []
-                except BaseException:  # the answers are lost: the writes may have applied
-                    for members in calls:
-                        for i in members:
-                            _maybe_applied(self._unsure, items[i])
-                    raise
+            answers = await self._exchanged(client, commands, calls, items, targets)
         held_by: Any = None
         if calls and self.replicas:
             answers, held_by = answers[:-1], answers[-1]
         replicated = held_by is None or (isinstance(held_by, int) and held_by >= self.replicas)
-        for members, answer in zip(calls, answers, strict=True):
-            if isinstance(answer, redis_errors.NoScriptError):
-                self._script_loaded = False  # the server lost its scripts (a restart): load again
-            per_write = answer if isinstance(answer, list) else [answer] * len(members)
-            for i, one in zip(members, per_write, strict=True):
-                out[i] = _outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
+        self._settle(items, calls, answers, out, replicated=replicated, held_by=held_by)
         if not replicated and self.connection.sentinel:
             # the node may be a master no longer: the next call asks the sentinels again
             await client.connection_pool.disconnect()
         return out
+
+    async def _exchanged(
+        self,
+        client: Any,
+        commands: list[tuple[int | None, tuple[Any, ...]]],
+        calls: list[list[int]],
+        items: list[tuple[Any, Hashable, str | None]],
+        targets: list[Hashable],
+    ) -> list[Any]:
+        """The calls' answers; when they are lost, their writes are marked as maybe applied."""
+        with converted_errors(targets, action="write"):
+            try:
+                return await self._send(client, commands) if calls else []
+            except BaseException:  # the answers are lost: the writes may have applied
+                for members in calls:
+                    for i in members:
+                        _maybe_applied(self._unsure, items[i])
+                raise
+
+    def _settle(
+        self,
+        items: list[tuple[Any, Hashable, str | None]],
+        calls: list[list[int]],
+        answers: list[Any],
+        out: list[Any],
+        *,
+        replicated: bool = True,
+        held_by: Any = None,
+        not_here: list[int] | None = None,
+    ) -> None:
+        """Each write's outcome into ``out``. With ``not_here`` (calls of every slot of a
+        master): a write whose node did not serve its key (it did nothing) is added there
+        instead, and so are a call's writes when the server refused the call itself."""
+        for members, answer in zip(calls, answers, strict=True):
+            if isinstance(answer, redis_errors.NoScriptError):
+                self._script_loaded = False  # the server lost its scripts (a restart): load again
+            elif not_here is not None and isinstance(answer, redis_errors.ResponseError):
+                self._refused_by_master(answer, [items[i] for i in members])
+                not_here += members
+                continue
+            per_write = answer if isinstance(answer, list) else [answer] * len(members)
+            for i, one in zip(members, per_write, strict=True):
+                if not_here is not None and not_served_here(one):
+                    not_here.append(i)
+                else:
+                    out[i] = _outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
+
+    def _refused_by_master(
+        self, refusal: BaseException, items: list[tuple[Any, Hashable, str | None]]
+    ) -> None:
+        """A call of every slot of a master was refused as a whole (a managed Redis that runs
+        no script without declared keys, as AWS ElastiCache Serverless): from now on this
+        write's calls are per slot. Its writes go again at once, with the same token, so one
+        that did apply reads as applied."""
+        if self._by_master:
+            log.warning("Redis refused a write call of several slots (%s): one call per slot now", refusal)
+        self._by_master = False
+        for item in items:
+            _maybe_applied(self._unsure, item)
+
+    def _per_master(
+        self, client: Any, items: list[tuple[Any, Hashable, str | None]], out: list[Any], token: str
+    ) -> tuple[list[tuple[int | None, tuple[Any, ...]]], list[list[int]], list[int]]:
+        """Calls of :data:`SCRIPT_PER_MASTER` for the writes, one master's writes each (routed
+        by one of their slots), the writes of each call, and the writes whose slot has no
+        master known."""
+        find = client.nodes_manager.get_node_from_slot
+        shares: dict[str, tuple[int, list[int]]] = {}  # master's name: a slot of it, its writes
+        unknown: list[int] = []
+        for i, (_, target, _) in enumerate(items):
+            slot = key_slot(str(target).encode())
+            try:
+                name = find(slot).name
+            except (redis_errors.RedisClusterException, LookupError):
+                unknown.append(i)
+                continue
+            share = shares.get(name)
+            if share is None:
+                shares[name] = (slot, [i])
+            else:
+                share[1].append(i)
+        commands: list[tuple[int | None, tuple[Any, ...]]] = []
+        calls: list[list[int]] = []
+        for slot, group in shares.values():
+            calls += self._queue(commands, items, group, out, slot, token, per_master=True)
+        return commands, calls, unknown
 
     def _settled(
         self, item: tuple[Any, Hashable, str | None], answer: Any, replicated: bool, held_by: Any
@@ -379,10 +399,11 @@ class RedisWrite(Write):
         out: list[Any],
         slot: int | None,
         token: str,
+        per_master: bool = False,
     ) -> list[list[int]]:
         """EVALSHA calls for the writes of ``group`` (indexes into ``items``; on a cluster all
-        of ``slot``), added to ``commands``; the writes of each call. A write whose record
-        lacks a field gets its error in ``out``."""
+        of ``slot``, or with ``per_master`` all of ``slot``'s master), added to ``commands``;
+        the writes of each call. A write whose record lacks a field gets its error in ``out``."""
         calls: list[list[int]] = []
         keys: list[Any] = []
         args: list[Any] = []
@@ -391,18 +412,23 @@ class RedisWrite(Write):
         for i in group:
             record, target, version = items[i]
             try:
-                args += self._arguments(record, target, version)
+                words = self._arguments(record, target, version)
             except TemplateError as exc:
                 out[i] = exc
                 continue
-            keys += [target, version_key(str(target), cluster)]
+            pair = [target, version_key(str(target), cluster)]
+            if per_master:
+                args += [*pair, *words]
+            else:
+                keys += pair
+                args += words
             members.append(i)
             if len(members) == CHUNK:
-                commands.append((slot, ("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)))
+                commands.append((slot, script_call(keys, token, args, per_master)))
                 calls.append(members)
                 keys, args, members = [], [], []
         if members:
-            commands.append((slot, ("EVALSHA", _SHA, str(len(keys)), *keys, token, *args)))
+            commands.append((slot, script_call(keys, token, args, per_master)))
             calls.append(members)
         return calls
 
@@ -459,39 +485,3 @@ def _replica_wait(replicas: Any, timeout: Any, connection: RedisConnection) -> t
     if replicas and connection.cluster:
         raise LookupOptionError("replicas", _NO_CLUSTER_WAIT)
     return replicas, (str(replicas), str(max(1, round(timeout * 1000))))
-
-
-def version_key(key: str, cluster: bool) -> str:
-    """Where the version of ``key``'s last applied write is kept: ``key:kaw-version``. On a
-    Redis Cluster it must hash to ``key``'s slot: a key with a hash tag (``{...}``) keeps it in
-    the suffixed name; a key without one is wrapped in braces, ``{key}:kaw-version``, whose tag
-    is the whole key, so the user adds no hash tag. A key holding a ``}`` but no tag cannot be
-    wrapped; its version key gets a tag that hashes to the key's slot."""
-    if not cluster or _has_hash_tag(key):
-        return key + VERSION_SUFFIX
-    if "}" not in key:
-        return "{" + key + "}" + VERSION_SUFFIX
-    return "{" + _tag_of_slot(key_slot(key.encode())) + "}" + key + VERSION_SUFFIX
-
-
-@functools.lru_cache(maxsize=1024)
-def _tag_of_slot(slot: int) -> str:
-    """The smallest decimal number whose hash is ``slot`` (a few thousand CRC16s, once per slot)."""
-    for n in range(1_000_000):  # every slot is reached well before: CRC16 spreads decimals evenly
-        if key_slot(str(n).encode()) == slot:
-            return str(n)
-    raise AssertionError(f"no tag for cluster slot {slot}")
-
-
-def _has_hash_tag(key: str) -> bool:
-    """Whether Redis Cluster hashes ``key`` by a tag: a ``{`` with a ``}`` after it, something between."""
-    start = key.find("{")
-    return start >= 0 and key.find("}", start + 1) > start + 1
-
-
-def _by_slot(items: list[tuple[Any, Hashable, str | None]]) -> dict[int | None, list[int]]:
-    """The writes' indexes, grouped by their key's cluster slot (each group in input order)."""
-    groups: dict[int | None, list[int]] = {}
-    for i, (_, target, _) in enumerate(items):
-        groups.setdefault(key_slot(str(target).encode()), []).append(i)
-    return groups

@@ -1,12 +1,13 @@
 """A batch's commands sent to each cluster master at once (``lookup.redis_nodes``), on a real
 3-master cluster: the same answers as redis-py's cluster client for random keys, commands and
 stale slot tables (redirects); a connection that broke, timed out or was cancelled never hands
-a late answer to the next call."""
+a late answer to the next call; fenced writes of many slots in one call per master."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,9 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from lookup import Field, RedisConnection, RedisLookup
+from lookup import Field, RedisConnection, RedisLookup, RedisWrite
 from lookup import redis_lookup as redis_lookup_module
+from lookup import redis_write as redis_write_module
 from lookup.redis_nodes import mget_by_slot, per_node, usable
+from lookup.versions import encode_version
 
 from ..core.helpers import run
 from ..redis_topologies import Cluster, redis_cluster
@@ -225,3 +228,131 @@ def test_a_late_answer_never_reaches_the_next_call(cluster: Cluster, how: str) -
     expected = redis.TimeoutError if how == "timeout" else asyncio.CancelledError
     assert isinstance(failed, expected)
     assert [json.loads(a)["name"] for a in answers] == [f"n{k.rpartition(':')[2]}" for k in values]
+
+
+WRITES = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 5), st.booleans()), min_size=1, max_size=60)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(writes=WRITES, moved=st.lists(st.booleans(), max_size=60), hashes=st.booleans())
+def test_writes_by_master_are_fenced_through_stale_slot_tables(
+    cluster: Cluster, writes: list[tuple[int, int, bool]], moved: list[bool], hashes: bool
+) -> None:
+    """One batch of random upserts and deletes (a key's writes in order, versions repeated
+    and out of order), some slots misrouted: a master sent writes of a slot it does not serve
+    runs none of them, and they go again per slot (redirected). Each write is applied exactly
+    when its version is newer than its key's last applied one (or is that one: the batch's
+    own token marks it as this batch's write), and each key ends at the value of its newest
+    version."""
+    p = f"{PREFIX}w{uuid.uuid4().hex[:6]}"
+    command = "HSET" if hashes else "SET"
+    fn = RedisWrite(cluster.url(), p + ":{id}", command=command, fields=["name"], version="v", deleted="gone")
+    records = [{"id": i, "v": v, "name": f"{i}-{v}", "gone": gone} for i, v, gone in writes]
+    items = [(r, fn.target(r), encode_version(r["v"])) for r in records]
+
+    async def go() -> list[Any]:
+        try:
+            handle = fn.client()
+            async with handle.held() as client:
+                assert handle.cluster and usable(client, read_from_replicas=False)
+                _misroute(client, [str(target) for _, target, _ in items], moved)
+            return await fn._apply_many(items)
+        finally:
+            await fn.aclose()
+
+    outcomes = run(go())
+    held: dict[int, int] = {}
+    newest: dict[int, str | None] = {}
+    expected = []
+    for r in records:
+        # the same version again in the same batch reads as that batch sent again: applied
+        expected.append(r["v"] >= held.get(r["id"], 0) + (r["id"] not in held))
+        if r["v"] > held.get(r["id"], 0):
+            held[r["id"]] = r["v"]
+            newest[r["id"]] = None if r["gone"] else r["name"]
+    assert outcomes == expected
+    client = cluster.client()
+    try:
+        for i, name in newest.items():
+            key = f"{p}:{i}"
+            stored = client.hget(key, "name") if hashes else client.get(key)
+            if name is None or hashes:
+                assert stored == (None if name is None else name.encode())
+            else:
+                assert json.loads(stored) == {"name": name}
+    finally:
+        client.close()
+
+
+def test_a_batch_of_writes_is_one_script_call_per_master(cluster: Cluster) -> None:
+    """90 writes of 90 keys (nearly as many slots) on 3 masters: 3 script calls, not 90."""
+    p = f"{PREFIX}c{uuid.uuid4().hex[:6]}"
+    fn = RedisWrite(cluster.url(), p + ":{id}", fields=["name"], version="v")
+    records = [{"id": i, "v": 1, "name": f"n{i}"} for i in range(90)]
+    items = [(r, fn.target(r), encode_version(1)) for r in records]
+
+    async def go() -> list[Any]:
+        try:
+            await fn._apply_many(items[:1])  # the scripts loaded, the slot table read
+            before = _script_calls(cluster)
+            outcomes = await fn._apply_many(items[1:])
+            return [_script_calls(cluster) - before, *outcomes]
+        finally:
+            await fn.aclose()
+
+    calls, *outcomes = run(go())
+    assert outcomes == [True] * 89
+    assert calls == 3
+
+
+def _script_calls(cluster: Cluster) -> int:
+    total = 0
+    for port in cluster.ports[: cluster.masters]:
+        node = cluster.node(port)
+        try:
+            total += int(node.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        finally:
+            node.close()
+    return total
+
+
+def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A managed Redis that runs no script without declared keys (AWS ElastiCache Serverless
+    answers so) refuses the call per master as a whole: its writes go again per slot at once,
+    every one applied, and the writer stays per slot (one warning)."""
+    refusal = "return redis.error_reply('ERR Lua scripts without any input keys are not supported.')"
+    real = redis_write_module.script_call
+
+    def refused(keys: list[Any], token: str, args: list[Any], per_master: bool) -> tuple[Any, ...]:
+        return ("EVAL", refusal, "0") if per_master else real(keys, token, args, per_master)
+
+    monkeypatch.setattr(redis_write_module, "script_call", refused)
+    p = f"{PREFIX}r{uuid.uuid4().hex[:6]}"
+    fn = RedisWrite(cluster.url(), p + ":{id}", fields=["name"], version="v")
+    records = [{"id": i, "v": 1, "name": f"n{i}"} for i in range(40)]
+    items = [(r, fn.target(r), encode_version(1)) for r in records]
+
+    async def go() -> tuple[list[Any], list[Any], int]:
+        try:
+            first = await fn._apply_many(items[:20])
+            before = _script_calls(cluster)
+            second = await fn._apply_many(items[20:])
+            return first, second, _script_calls(cluster) - before
+        finally:
+            await fn.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="lookup.redis_write"):
+        first, second, calls = run(go())
+    assert first == [True] * 20 and second == [True] * 20
+    assert calls == len({key_slot(str(target).encode()) for _, target, _ in items[20:]})
+    assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
+        "Redis refused a write call of several slots (Lua scripts without any input keys are not "
+        "supported.): one call per slot now"
+    ]
+    client = cluster.client()
+    try:
+        assert [json.loads(client.get(f"{p}:{i}"))["name"] for i in range(40)] == [f"n{i}" for i in range(40)]
+    finally:
+        client.close()
