@@ -20,7 +20,7 @@ from .limits import Limits
 from .loop_client import LoopClient
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
-from .redis_nodes import mget_by_slot, per_node, usable
+from .redis_nodes import get_by_slot, per_node, usable
 from .shared_cache import SharedCache
 from .template import Template
 
@@ -203,15 +203,7 @@ class RedisLookup(LoopClient, Lookup):
         (:func:`~lookup.redis_nodes.per_node`); a hash as redis-py gives it (a dict)."""
         timeout = self.connection.socket_timeout
         if self.command == "GET":
-            raws = await mget_by_slot(client, keys, timeout=timeout)
-            nils = [i for i, raw in enumerate(raws) if raw is None]
-            if nils:  # as on one node: GET tells a miss from a key of another type
-                again = await per_node(
-                    client, [(keys[i], ("GET", keys[i])) for i in nils], timeout=timeout, resend_lost=True
-                )
-                for i, value in zip(nils, again, strict=True):
-                    raws[i] = value
-            return raws
+            return await get_by_slot(client, keys, timeout=timeout)
         words = ("HGETALL",) if self.command == "HGETALL" else ("HMGET",)
         extra = tuple(self.hash_fields) if self.command == "HMGET" else ()
         routed = [(key, (*words, key, *extra)) for key in keys]

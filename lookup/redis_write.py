@@ -25,13 +25,12 @@ from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateErro
 from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
-from .redis_nodes import per_node, usable
+from .redis_nodes import not_served_here, per_node, usable
 from .redis_write_scripts import (
     CHUNK,
     SCRIPT,
     SCRIPT_PER_MASTER,
     by_slot,
-    not_served_here,
     script_call,
     version_key,
 )

@@ -7,8 +7,9 @@ Two forms share one body. :data:`SCRIPT` takes each write's key and version key 
 of every slot one master serves: Redis (6.x and on; from 7.0 a script without a ``#!lua``
 line keeps this) lets such a script touch any key its node serves, checking each command as it
 runs. A key its node does not serve (a slot moved, or migrating and the key already gone) makes
-that write's commands fail before they run, with an error :func:`not_served_here` recognises:
-that write did nothing, and is sent again the per-slot way, which follows redirects.
+that write's commands fail before they run, with an error
+:func:`~lookup.redis_nodes.not_served_here` recognises: that write did nothing, and is sent
+again the per-slot way, which follows redirects.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ __all__ = [
     "SCRIPT",
     "SCRIPT_PER_MASTER",
     "by_slot",
-    "not_served_here",
     "script_call",
     "version_key",
 ]
@@ -131,17 +131,6 @@ return out
 CHUNK = 100  # writes per script call: its Lua overhead shared, Redis still not blocked for long
 SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()  # what EVALSHA names each script by
 SHA_PER_MASTER = hashlib.sha1(SCRIPT_PER_MASTER.encode()).hexdigest()
-
-# What a script's command answers when its node does not serve the key (Redis 6.2 says "Lua
-# script attempted to ...", 7.0 and on "Script attempted to ..."): checked before the command
-# runs, so the write did nothing
-_NOT_SERVED = ("attempted to access a non local key", "while the cluster is down")
-
-
-def not_served_here(answer: object) -> bool:
-    """Whether ``answer`` (one write's, from a script call) says its node does not serve the key now."""
-    text = str(answer) if isinstance(answer, Exception) else ""
-    return any(phrase in text for phrase in _NOT_SERVED)
 
 
 def version_key(key: str, cluster: bool) -> str:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from lookup import Field, RedisConnection, RedisLookup, RedisWrite
+from lookup import Field, RedisConnection, RedisLookup, RedisWrite, WrongTypeError
 from lookup import redis_lookup as redis_lookup_module
 from lookup import redis_write as redis_write_module
 from lookup.redis_nodes import mget_by_slot, per_node, usable
@@ -294,26 +295,15 @@ def test_a_batch_of_writes_is_one_script_call_per_master(cluster: Cluster) -> No
     async def go() -> list[Any]:
         try:
             await fn._apply_many(items[:1])  # the scripts loaded, the slot table read
-            before = _script_calls(cluster)
+            before = _calls(cluster, "evalsha")["evalsha"]
             outcomes = await fn._apply_many(items[1:])
-            return [_script_calls(cluster) - before, *outcomes]
+            return [_calls(cluster, "evalsha")["evalsha"] - before, *outcomes]
         finally:
             await fn.aclose()
 
     calls, *outcomes = run(go())
     assert outcomes == [True] * 89
     assert calls == 3
-
-
-def _script_calls(cluster: Cluster) -> int:
-    total = 0
-    for port in cluster.ports[: cluster.masters]:
-        node = cluster.node(port)
-        try:
-            total += int(node.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-        finally:
-            node.close()
-    return total
 
 
 def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
@@ -337,9 +327,9 @@ def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
     async def go() -> tuple[list[Any], list[Any], int]:
         try:
             first = await fn._apply_many(items[:20])
-            before = _script_calls(cluster)
+            before = _calls(cluster, "evalsha")["evalsha"]
             second = await fn._apply_many(items[20:])
-            return first, second, _script_calls(cluster) - before
+            return first, second, _calls(cluster, "evalsha")["evalsha"] - before
         finally:
             await fn.aclose()
 
@@ -356,3 +346,60 @@ def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
         assert [json.loads(client.get(f"{p}:{i}"))["name"] for i in range(40)] == [f"n{i}" for i in range(40)]
     finally:
         client.close()
+
+
+def test_a_batch_of_lookups_asks_a_lone_key_with_get_and_no_key_twice(cluster: Cluster) -> None:
+    """A slot's one key asked with GET, which tells a miss from a key of another type at once,
+    so no such key is asked twice; keys sharing a slot (a hash tag) in one MGET, whose nils
+    alone are asked again with GET."""
+    fn = RedisLookup(cluster.url(), PREFIX + ":{id}", decode="raw", dedup=False)
+    keys = [f"{PREFIX}:{i}" for i in range(KEYS + 5)]
+    per_slot = Counter(key_slot(k.encode()) for k in keys)
+    shared = [k for k in keys if per_slot[key_slot(k.encode())] > 1]
+    nil_in_mget = [k for k in shared if _kind(k) in ("missing", "hash")]
+
+    async def go() -> tuple[list[Any], dict[str, int], list[Any]]:
+        try:
+            await fn.fetch_many(keys[:1])  # the slot table read
+            before = _calls(cluster, "mget", "get")
+            values = await fn.fetch_many(keys)
+            after = _calls(cluster, "mget", "get")
+            tagged = await fn.fetch_many(["{t}:a", "{t}:b", "{t}:c"])
+            return values, {name: after[name] - before[name] for name in after}, tagged
+        finally:
+            await fn.aclose()
+
+    client = cluster.client()
+    try:
+        client.set("{t}:a", "one")
+        client.hset("{t}:b", "f", "v")
+        values, calls, tagged = run(go())
+    finally:
+        client.delete("{t}:a", "{t}:b")
+        client.close()
+    multi = sum(n > 1 for n in per_slot.values())
+    assert calls == {"get": len(keys) - len(shared) + len(nil_in_mget), "mget": multi}
+    for key, value in zip(keys, values, strict=True):
+        kind = _kind(key)
+        assert (value is None) == (kind == "missing")
+        assert isinstance(value, WrongTypeError) == (kind == "hash")
+    assert tagged[0] == "one" and isinstance(tagged[1], WrongTypeError) and tagged[2] is None
+
+
+def _kind(key: str) -> str:
+    """What the module's fixture keeps under ``key``."""
+    i = int(key.rpartition(":")[2])
+    return "missing" if i >= KEYS or i % 4 == 3 else "hash" if i % 4 == 1 else "string"
+
+
+def _calls(cluster: Cluster, *commands: str) -> dict[str, int]:
+    total = dict.fromkeys(commands, 0)
+    for port in cluster.ports[: cluster.masters]:
+        node = cluster.node(port)
+        try:
+            stats = node.info("commandstats")
+            for name in commands:
+                total[name] += int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+        finally:
+            node.close()
+    return total
