@@ -19,23 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as redis_errors
-from redis.crc import key_slot
 
-from .exceptions import LookupOptionError, ServiceUnavailableError, TemplateError
+from .exceptions import LookupOptionError, ServiceUnavailableError
 from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error
 from .redis_nodes import not_served_here, per_node, usable
-from .redis_write_scripts import (
-    CHUNK,
-    SCRIPT,
-    SCRIPT_PER_MASTER,
-    by_slot,
-    script_call,
-    version_key,
-)
+from .redis_write_calls import WriteCalls, by_slot
+from .redis_write_scripts import SCRIPT, SCRIPT_PER_MASTER
 from .template import Template
-from .writes import Write, to_json
+from .writes import Write
 
 __all__ = ["RedisWrite"]
 
@@ -159,7 +152,7 @@ class RedisWrite(Write):
         self.deleted = deleted
         self.ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self.tombstone_ms = max(1, round(tombstone_ttl * 1000))
-        self._ttl_text, self._tombstone_text = str(self.ttl_ms), str(self.tombstone_ms)
+        self._calls = WriteCalls(command, self.fields, deleted, self.ttl_ms, self.tombstone_ms)
         self._script_loaded = False  # SCRIPT LOAD done on the current client
         self._by_master = True  # on a cluster, one call per master (until a master refuses it)
         # writes applied that too few replicas held (retried): found again at their own version,
@@ -183,7 +176,7 @@ class RedisWrite(Write):
         return self.key.render(record)
 
     def describe_call(self, record: Any) -> str:
-        return f"Redis {self._command_of(record)} {self.key.render(record)!r}"
+        return f"Redis {self._calls.command_of(record)} {self.key.render(record)!r}"
 
     # ------------------------------------------------------------------ client
 
@@ -195,32 +188,6 @@ class RedisWrite(Write):
         await client.aclose()
 
     # ------------------------------------------------------------------ writes
-
-    def _command_of(self, record: Any) -> str:
-        if self.deleted is not None and record.get(self.deleted):
-            return "DEL"
-        return self.command
-
-    def _arguments(self, record: Any, target: Hashable, version: str | None) -> list[Any]:
-        command = self._command_of(record)
-        # every argument a str: the connection then packs the command with hiredis, in C
-        args: list[Any] = [version or "", command, self._ttl_text, self._tombstone_text]
-        if command == "DEL":
-            return [*args, "0"]
-        try:
-            values = {name: record[name] for name in self.fields}
-        except KeyError as exc:
-            raise TemplateError(f"fields={list(self.fields)}", exc.args[0], record) from None
-        if command == "SET":
-            return [*args, "1", to_json(values)]
-        pairs: list[Any] = []
-        removed: list[Any] = []
-        for name, value in values.items():
-            if value is None:
-                removed.append(name)  # read back as missing: NULL for an optional field
-            else:
-                pairs += [name, value if isinstance(value, str) else to_json(value)]
-        return [*args, str(1 + len(pairs) + len(removed)), str(len(pairs)), *pairs, *removed]
 
     async def _apply(self, record: Any, target: Hashable, version: str | None) -> bool:
         [outcome] = await self._apply_many([(record, target, version)])
@@ -251,14 +218,14 @@ class RedisWrite(Write):
             token = uuid.uuid4().hex[:12]  # this batch's: a command sent again carries it
             rest = list(range(len(items)))
             if handle.cluster and self._by_master and usable(client, read_from_replicas=False):
-                commands, calls, rest = self._per_master(client, items, out, token)
+                commands, calls, rest = self._calls.per_master(client, items, out, token)
                 answers = await self._exchanged(client, commands, calls, items, targets)
                 self._settle(items, calls, answers, out, not_here=rest)
                 rest.sort()  # a key's writes in their order (all of one key share their master)
             commands, calls = [], []
             groups = by_slot(items, rest) if handle.cluster else {None: rest}
             for slot, group in groups.items():
-                calls += self._queue(commands, items, group, out, slot, token)
+                calls += self._calls.queue(commands, items, group, out, slot, token)
             answers = await self._exchanged(client, commands, calls, items, targets)
         held_by: Any = None
         if calls and self.replicas:
@@ -319,42 +286,14 @@ class RedisWrite(Write):
     def _refused_by_master(
         self, refusal: BaseException, items: list[tuple[Any, Hashable, str | None]]
     ) -> None:
-        """A call of every slot of a master was refused as a whole (a managed Redis that runs
-        no script without declared keys, as AWS ElastiCache Serverless): from now on this
-        write's calls are per slot. Its writes go again at once, with the same token, so one
-        that did apply reads as applied."""
+        """A call of every slot of a master was refused (AWS ElastiCache Serverless runs no
+        script without declared keys): calls per slot from now on; its writes go again at once
+        with the same token (one that did apply reads as applied)."""
         if self._by_master:
             log.warning("Redis refused a write call of several slots (%s): one call per slot now", refusal)
         self._by_master = False
         for item in items:
             _maybe_applied(self._unsure, item)
-
-    def _per_master(
-        self, client: Any, items: list[tuple[Any, Hashable, str | None]], out: list[Any], token: str
-    ) -> tuple[list[tuple[int | None, tuple[Any, ...]]], list[list[int]], list[int]]:
-        """Calls of :data:`SCRIPT_PER_MASTER` for the writes, one master's writes each (routed
-        by one of their slots), the writes of each call, and the writes whose slot has no
-        master known."""
-        find = client.nodes_manager.get_node_from_slot
-        shares: dict[str, tuple[int, list[int]]] = {}  # master's name: a slot of it, its writes
-        unknown: list[int] = []
-        for i, (_, target, _) in enumerate(items):
-            slot = key_slot(str(target).encode())
-            try:
-                name = find(slot).name
-            except (redis_errors.RedisClusterException, LookupError):
-                unknown.append(i)
-                continue
-            share = shares.get(name)
-            if share is None:
-                shares[name] = (slot, [i])
-            else:
-                share[1].append(i)
-        commands: list[tuple[int | None, tuple[Any, ...]]] = []
-        calls: list[list[int]] = []
-        for slot, group in shares.values():
-            calls += self._queue(commands, items, group, out, slot, token, per_master=True)
-        return commands, calls, unknown
 
     def _settled(
         self, item: tuple[Any, Hashable, str | None], answer: Any, replicated: bool, held_by: Any
@@ -389,47 +328,6 @@ class RedisWrite(Write):
             if self.replicas:
                 pipe.execute_command("WAIT", *self._wait)  # on the writes' own connection
             return list(await pipe.execute(raise_on_error=False))
-
-    def _queue(
-        self,
-        commands: list[tuple[int | None, tuple[Any, ...]]],
-        items: list[tuple[Any, Hashable, str | None]],
-        group: list[int],
-        out: list[Any],
-        slot: int | None,
-        token: str,
-        per_master: bool = False,
-    ) -> list[list[int]]:
-        """EVALSHA calls for the writes of ``group`` (indexes into ``items``; on a cluster all
-        of ``slot``, or with ``per_master`` all of ``slot``'s master), added to ``commands``;
-        the writes of each call. A write whose record lacks a field gets its error in ``out``."""
-        calls: list[list[int]] = []
-        keys: list[Any] = []
-        args: list[Any] = []
-        members: list[int] = []
-        cluster = slot is not None
-        for i in group:
-            record, target, version = items[i]
-            try:
-                words = self._arguments(record, target, version)
-            except TemplateError as exc:
-                out[i] = exc
-                continue
-            pair = [target, version_key(str(target), cluster)]
-            if per_master:
-                args += [*pair, *words]
-            else:
-                keys += pair
-                args += words
-            members.append(i)
-            if len(members) == CHUNK:
-                commands.append((slot, script_call(keys, token, args, per_master)))
-                calls.append(members)
-                keys, args, members = [], [], []
-        if members:
-            commands.append((slot, script_call(keys, token, args, per_master)))
-            calls.append(members)
-        return calls
 
 
 def _outcome(target: Hashable, answer: Any) -> Any:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Hashable
-from typing import Any
 
 from redis.crc import key_slot
 
@@ -25,8 +23,6 @@ __all__ = [
     "CHUNK",
     "SCRIPT",
     "SCRIPT_PER_MASTER",
-    "by_slot",
-    "script_call",
     "version_key",
 ]
 
@@ -159,19 +155,3 @@ def _has_hash_tag(key: str) -> bool:
     """Whether Redis Cluster hashes ``key`` by a tag: a ``{`` with a ``}`` after it, something between."""
     start = key.find("{")
     return start >= 0 and key.find("}", start + 1) > start + 1
-
-
-def script_call(keys: list[Any], token: str, args: list[Any], per_master: bool) -> tuple[Any, ...]:
-    """One EVALSHA of the writes' ``keys`` (none declared ``per_master``) and arguments."""
-    if per_master:
-        return ("EVALSHA", SHA_PER_MASTER, "0", token, *args)
-    return ("EVALSHA", SHA, str(len(keys)), *keys, token, *args)
-
-
-def by_slot(items: list[tuple[Any, Hashable, str | None]], indexes: list[int]) -> dict[int | None, list[int]]:
-    """``indexes`` (of writes in ``items``), grouped by their key's cluster slot (each group in
-    the order given)."""
-    groups: dict[int | None, list[int]] = {}
-    for i in indexes:
-        groups.setdefault(key_slot(str(items[i][1]).encode()), []).append(i)
-    return groups

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from lookup import Field, RedisConnection, RedisLookup, RedisWrite, WrongTypeError
 from lookup import redis_lookup as redis_lookup_module
-from lookup import redis_write as redis_write_module
+from lookup import redis_write_calls as redis_write_module
 from lookup.redis_nodes import mget_by_slot, per_node, usable
 from lookup.versions import encode_version
 

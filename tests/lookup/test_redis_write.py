@@ -255,13 +255,13 @@ def test_a_write_sent_again_by_its_client_is_applied_and_a_rerun_is_stale(redis_
     fn = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
     record = {"id": 1, "v": 5, "name": "five"}
     target = fn.target(record)
-    args = fn._arguments(record, target, encode_version(5))
+    args = fn._calls.arguments(record, encode_version(5))
     keys = [target, f"{target}:kaw-version"]
     script = db.register_script(SCRIPT)
     assert script(keys=keys, args=["call-a", *args]) == [1]
     assert script(keys=keys, args=["call-a", *args]) == [1]  # the same call, sent again
     assert script(keys=keys, args=["call-b", *args]) == [2]  # a re-run: the same version held
-    older = fn._arguments({**record, "v": 4}, target, encode_version(4))
+    older = fn._calls.arguments({**record, "v": 4}, encode_version(4))
     assert script(keys=keys, args=["call-c", *older]) == [0]
     assert json.loads(db.get(target)) == {"name": "five"}
     rerun = RedisWrite(redis_url, p + ":{id}", fields=["name"], version="v")
