@@ -5,7 +5,8 @@ redis-py raises                              becomes                            
 ===========================================  ====================================  =========
 TimeoutError                                 LookupTimeoutError                    yes
 AuthenticationError, NOPERM (an ACL user     AccessDeniedError, naming what was    no
-not allowed the command)                     refused
+not allowed the command or key, also         refused
+inside a script)
 ConnectionError on a TLS certificate (not    CertificateError (ca_file=, or        no
 trusted, or the client's refused)            client_cert= and client_key=)
 ConnectionError, OSError, READONLY (a        ServiceUnavailableError               yes
@@ -55,7 +56,8 @@ def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "loo
     message = said(exc)
     if message.startswith("WRONGTYPE"):
         return WrongTypeError(f"wrong type: {message}", lookup_key=key, service="redis", action=action)
-    if isinstance(exc, redis_errors.NoPermissionError) or message.startswith("NOPERM"):
+    denied = message.startswith("NOPERM") or _denied_in_script(message)
+    if denied or isinstance(exc, redis_errors.NoPermissionError):
         return AccessDeniedError(
             f"the Redis user may not do this ({message}); grant it the command (see the Redis guide)",
             lookup_key=key,
@@ -67,6 +69,16 @@ def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "loo
             f"Redis is not ready: {message}", lookup_key=key, service="redis", action=action
         )
     return BadResponseError(f"Redis error: {message}", lookup_key=key, service="redis", action=action)
+
+
+# What an ACL refusal inside a script says (a write batch's script on a Redis Cluster names its
+# keys as arguments, so Redis checks them command by command): Redis 6.2 and 7.0-7.0.x "The
+# user executing the script can't ...", 7.2 and on "ACL failure in script: ..."
+_SCRIPT_DENIALS = ("The user executing the script can't", "ACL failure in script")
+
+
+def _denied_in_script(message: str) -> bool:
+    return any(phrase in message for phrase in _SCRIPT_DENIALS)
 
 
 def _certificate_problem(exc: BaseException) -> str | None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from lookup import Field, RedisConnection, RedisLookup, RedisWrite, WrongTypeError
+from lookup import AccessDeniedError, Field, RedisConnection, RedisLookup, RedisWrite, WrongTypeError
 from lookup import redis_lookup as redis_lookup_module
 from lookup import redis_write_calls as redis_write_module
 from lookup.redis_nodes import mget_by_slot, per_node, usable
@@ -403,3 +403,45 @@ def _calls(cluster: Cluster, *commands: str) -> dict[str, int]:
         finally:
             node.close()
     return total
+
+
+def test_a_user_allowed_some_keys_writes_those_and_is_refused_the_others(cluster: Cluster) -> None:
+    """An ACL user allowed the keys of one area only: in one batch by master, its writes there
+    are applied and each other write fails alone with ``AccessDeniedError`` (Redis checks the
+    keys a script names as arguments command by command), not retried."""
+    area = f"{PREFIX}a{uuid.uuid4().hex[:4]}"
+    for port in cluster.ports:
+        node = cluster.node(port)
+        try:
+            node.execute_command(
+                *("ACL", "SETUSER", "scoped", "reset", "on", ">scoped-pw", f"~{area}:*", f"~{{{area}:*"),
+                *("+@connection", "+cluster|slots", "+evalsha", "+script|load", "+get", "+set"),
+            )
+        finally:
+            node.close()
+    url = cluster.url().replace("redis://", "redis://scoped:scoped-pw@")
+    fn = RedisWrite(url, "{area}:{id}", fields=["name"], version="v")
+    records = [{"area": area if i % 2 else "elsewhere", "id": i, "v": 1, "name": f"n{i}"} for i in range(30)]
+    items = [(r, fn.target(r), encode_version(1)) for r in records]
+
+    async def go() -> list[Any]:
+        try:
+            return await fn._apply_many(items)
+        finally:
+            await fn.aclose()
+
+    try:
+        outcomes = run(go())
+    finally:
+        for port in cluster.ports:
+            node = cluster.node(port)
+            try:
+                node.execute_command("ACL", "DELUSER", "scoped")
+            finally:
+                node.close()
+    for record, outcome in zip(records, outcomes, strict=True):
+        if record["area"] == area:
+            assert outcome is True
+        else:
+            assert isinstance(outcome, AccessDeniedError) and not outcome.retryable
+    assert fn._by_master  # a refused key is that write's answer, not the call's
