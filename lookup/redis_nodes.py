@@ -107,21 +107,7 @@ def raising(answers: list[Any]) -> list[Any]:
 async def mget_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: float) -> list[Any]:
     """The values of ``keys``, in order: one ``MGET`` per slot, sent by :func:`per_node` (a
     slot's ``MGET`` Redis refused gives each of its keys that error)."""
-    slots: dict[int, list[int]] = {}
-    for i, slot in enumerate(slots_of(keys)):
-        slots.setdefault(slot, []).append(i)
-    routed = [(slot, ("MGET", *[keys[i] for i in members])) for slot, members in slots.items()]
-    values: list[Any] = [None] * len(keys)
-    answers = await per_node(client, routed, timeout=timeout, resend_lost=True)
-    for members, answer in zip(slots.values(), answers, strict=True):
-        if len(members) == 1 and type(answer) is list:  # most slots of a batch: one key
-            values[members[0]] = answer[0]
-        elif isinstance(answer, BaseException):
-            for i in members:
-                values[i] = answer
-        else:
-            for i, value in zip(members, answer, strict=True):
-                values[i] = value
+    values, _ = await _per_slot(client, keys, timeout, lone="MGET")
     return values
 
 
@@ -130,19 +116,34 @@ async def get_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: floa
     ``ResponseError``, WRONGTYPE among them): a slot's one key asked with ``GET``, several with
     one ``MGET``, whose nils are asked again with ``GET`` (``MGET`` answers nil for a key of
     another type too); sent by :func:`per_node`."""
+    values, nils = await _per_slot(client, keys, timeout, lone="GET")
+    if nils:
+        again = await per_node(
+            client, [(keys[i], ("GET", keys[i])) for i in nils], timeout=timeout, resend_lost=True
+        )
+        for i, value in zip(nils, again, strict=True):
+            values[i] = value
+    return values
+
+
+async def _per_slot(
+    client: Any, keys: Sequence[str | bytes], timeout: float, lone: str
+) -> tuple[list[Any], list[int]]:
+    """The keys' values, one ``MGET`` per slot (a slot's one key asked with ``lone``), and the
+    keys an ``MGET`` of several answered nil for."""
     slots: dict[int, list[int]] = {}
     for i, slot in enumerate(slots_of(keys)):
         slots.setdefault(slot, []).append(i)
     routed = [
-        (slot, ("GET", keys[members[0]]) if len(members) == 1 else ("MGET", *[keys[i] for i in members]))
+        (slot, (lone, keys[members[0]]) if len(members) == 1 else ("MGET", *[keys[i] for i in members]))
         for slot, members in slots.items()
     ]
     values: list[Any] = [None] * len(keys)
     nils: list[int] = []
     answers = await per_node(client, routed, timeout=timeout, resend_lost=True)
     for members, answer in zip(slots.values(), answers, strict=True):
-        if len(members) == 1:  # most slots of a batch: GET answered
-            values[members[0]] = answer
+        if len(members) == 1:  # most slots of a batch: one key
+            values[members[0]] = answer[0] if lone == "MGET" and type(answer) is list else answer
         elif isinstance(answer, BaseException):
             for i in members:
                 values[i] = answer
@@ -151,13 +152,7 @@ async def get_by_slot(client: Any, keys: Sequence[str | bytes], *, timeout: floa
                 values[i] = value
                 if value is None:
                     nils.append(i)
-    if nils:
-        again = await per_node(
-            client, [(keys[i], ("GET", keys[i])) for i in nils], timeout=timeout, resend_lost=True
-        )
-        for i, value in zip(nils, again, strict=True):
-            values[i] = value
-    return values
+    return values, nils
 
 
 # What a script's command answers when its node does not serve the key (Redis 6.2 says "Lua
