@@ -40,6 +40,9 @@ __all__ = ["converted", "converted_errors", "gate_error", "response_error"]
 
 # answers that say "not now" (a failover, a reshard, a cluster that is healing): worth a retry
 _TRANSIENT = ("READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING")
+# the same answers as redis-py parses them (its classes; the code word gone from the message),
+# as a pipeline's answers hand them over
+_TRANSIENT_ANSWERS = (redis_errors.ReadOnlyError, redis_errors.ClusterDownError, redis_errors.TryAgainError)
 
 
 _ECHOED = re.compile(r",? with args beginning with:.*", re.S)
@@ -64,7 +67,7 @@ def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "loo
             service="redis",
             action=action,
         )
-    if isinstance(exc, redis_errors.ReadOnlyError) or message.startswith(_TRANSIENT):
+    if isinstance(exc, _TRANSIENT_ANSWERS) or message.startswith(_TRANSIENT):
         return ServiceUnavailableError(
             f"Redis is not ready: {message}", lookup_key=key, service="redis", action=action
         )

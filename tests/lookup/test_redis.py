@@ -213,3 +213,26 @@ def test_a_lookup_describes_its_own_key_for_errors() -> None:
     """What an error of a record names besides the record (no server needed: nothing is sent)."""
     fn = RedisLookup("redis://:pw@127.0.0.1:1/0", "user:{k}", command="HGETALL")
     assert fn.describe_call({"k": 7}) == "Redis HGETALL 'user:7'"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "CLUSTERDOWN The cluster is down",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "MASTERDOWN Link with MASTER is down",
+        "READONLY You can't write against a read only replica.",
+    ],
+)
+def test_an_answer_of_a_cluster_in_change_is_retryable_as_redis_py_parses_it(answer: str) -> None:
+    """A pipeline hands such answers over parsed (redis-py's class, the code word gone from the
+    message): still retryable, as the raw text is."""
+    from redis.asyncio.connection import Connection
+
+    from lookup.redis_errors import response_error
+
+    parsed = Connection(host="127.0.0.1", port=1)._parser.parse_error(answer)
+    assert not str(parsed).startswith(answer.split()[0])
+    for exc in (parsed, redis.ResponseError(answer)):
+        error = response_error("k", exc, action="write")
+        assert isinstance(error, ServiceUnavailableError) and error.retryable, (type(exc), error)
