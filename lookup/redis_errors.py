@@ -48,6 +48,12 @@ _TRANSIENT_ANSWERS = (redis_errors.ReadOnlyError, redis_errors.ClusterDownError,
 _ECHOED = re.compile(r",? with args beginning with:.*", re.S)
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether Redis answered so while it changes (a failover, a reshard, a restart): worth
+    asking again."""
+    return isinstance(exc, _TRANSIENT_ANSWERS) or said(exc).startswith(_TRANSIENT)
+
+
 def said(exc: BaseException) -> str:
     """What Redis (or redis-py) said, without the arguments an unknown command's answer echoes
     (``HELLO 3 AUTH user password`` on a server without HELLO would show the password)."""
@@ -67,7 +73,7 @@ def response_error(key: Any, exc: redis_errors.ResponseError, action: str = "loo
             service="redis",
             action=action,
         )
-    if isinstance(exc, _TRANSIENT_ANSWERS) or message.startswith(_TRANSIENT):
+    if transient(exc):
         return ServiceUnavailableError(
             f"Redis is not ready: {message}", lookup_key=key, service="redis", action=action
         )

@@ -23,7 +23,7 @@ from redis import exceptions as redis_errors
 from .exceptions import LookupOptionError, ServiceUnavailableError
 from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
-from .redis_errors import converted_errors, response_error
+from .redis_errors import converted_errors, response_error, transient
 from .redis_nodes import not_served_here, per_node, usable
 from .redis_write_calls import WriteCalls, by_slot
 from .redis_write_scripts import SCRIPT, SCRIPT_PER_MASTER
@@ -287,11 +287,12 @@ class RedisWrite(Write):
         self, refusal: BaseException, items: list[tuple[Any, Hashable, str | None]]
     ) -> None:
         """A call of every slot of a master was refused (AWS ElastiCache Serverless runs no
-        script without declared keys): calls per slot from now on; its writes go again at once
-        with the same token (one that did apply reads as applied)."""
-        if self._by_master:
+        script without declared keys): calls per slot from now on, unless Redis was only
+        changing (a failover); its writes go again at once with the same token (one that did
+        apply reads as applied)."""
+        if self._by_master and not transient(refusal):
             log.warning("Redis refused a write call of several slots (%s): one call per slot now", refusal)
-        self._by_master = False
+            self._by_master = False
         for item in items:
             _maybe_applied(self._unsure, item)
 

@@ -318,13 +318,25 @@ def test_a_batch_of_writes_is_one_script_call_per_master(cluster: Cluster) -> No
     assert calls == 3
 
 
+@pytest.mark.parametrize(
+    ("said", "for_good"),
+    [
+        ("ERR Lua scripts without any input keys are not supported.", True),
+        ("READONLY You can't write against a read only replica.", False),
+    ],
+)
 def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    cluster: Cluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    said: str,
+    for_good: bool,
 ) -> None:
     """A managed Redis that runs no script without declared keys (AWS ElastiCache Serverless
     answers so) refuses the call per master as a whole: its writes go again per slot at once,
-    every one applied, and the writer stays per slot (one warning)."""
-    refusal = "return redis.error_reply('ERR Lua scripts without any input keys are not supported.')"
+    every one applied, and the writer stays per slot (one warning). A refusal of a Redis that
+    is changing (a failover's READONLY) sends them again the same way, once."""
+    refusal = f"return redis.error_reply({said!r})"
     real = redis_write_module.script_call
 
     def refused(keys: list[Any], token: str, args: list[Any], per_master: bool) -> tuple[Any, ...]:
@@ -336,23 +348,26 @@ def test_a_server_that_refuses_calls_of_several_slots_gets_calls_per_slot(
     records = [{"id": i, "v": 1, "name": f"n{i}"} for i in range(40)]
     items = [(r, fn.target(r), encode_version(1)) for r in records]
 
-    async def go() -> tuple[list[Any], list[Any], int]:
+    async def go() -> tuple[list[Any], list[Any], dict[str, int]]:
         try:
             first = await fn._apply_many(items[:20])
-            before = _calls(cluster, "evalsha")["evalsha"]
+            before = _calls(cluster, "evalsha", "eval")
             second = await fn._apply_many(items[20:])
-            return first, second, _calls(cluster, "evalsha")["evalsha"] - before
+            after = _calls(cluster, "evalsha", "eval")
+            return first, second, {name: after[name] - before[name] for name in after}
         finally:
             await fn.aclose()
 
     with caplog.at_level(logging.WARNING, logger="lookup.redis_write"):
         first, second, calls = run(go())
     assert first == [True] * 20 and second == [True] * 20
-    assert calls == len({key_slot(str(target).encode()) for _, target, _ in items[20:]})
-    assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
-        "Redis refused a write call of several slots (Lua scripts without any input keys are not "
-        "supported.): one call per slot now"
-    ]
+    slots = len({key_slot(str(target).encode()) for _, target, _ in items[20:]})
+    warned = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    if for_good:
+        assert calls == {"evalsha": slots, "eval": 0}
+        assert warned == [f"Redis refused a write call of several slots ({said[4:]}): one call per slot now"]
+    else:  # asked per master again (and refused again), then per slot
+        assert calls == {"evalsha": slots, "eval": 3} and warned == []
     client = cluster.client()
     try:
         assert [json.loads(client.get(f"{p}:{i}"))["name"] for i in range(40)] == [f"n{i}" for i in range(40)]
