@@ -19,12 +19,7 @@ import hashlib
 
 from redis.crc import key_slot
 
-__all__ = [
-    "CHUNK",
-    "SCRIPT",
-    "SCRIPT_PER_MASTER",
-    "version_key",
-]
+__all__ = ["CHUNK", "SCRIPT", "SCRIPT_PER_MASTER", "SHA", "SHA_PER_MASTER", "version_key"]
 
 VERSION_SUFFIX = ":kaw-version"
 
