@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from redis import exceptions as redis_errors
-from redis.crc import key_slot
-
 from .exceptions import TemplateError
+from .redis_nodes import masters_of, slots_of
 from .redis_write_scripts import CHUNK, SHA, SHA_PER_MASTER, version_key
 from .writes import to_json
 
@@ -106,19 +104,16 @@ class WriteCalls:
         """Calls of :data:`~lookup.redis_write_scripts.SCRIPT_PER_MASTER` for the writes, one
         master's writes each (routed by one of their slots), the writes of each call, and the
         writes whose slot has no master known."""
-        find = client.nodes_manager.get_node_from_slot
         shares: dict[str, tuple[int, list[int]]] = {}  # master's name: a slot of it, its writes
         unknown: list[int] = []
-        for i, (_, target, _) in enumerate(items):
-            slot = key_slot(str(target).encode())
-            try:
-                name = find(slot).name
-            except (redis_errors.RedisClusterException, LookupError):
+        slots = slots_of([str(target) for _, target, _ in items])
+        for i, (slot, master) in enumerate(zip(slots, masters_of(client, slots), strict=True)):
+            if master is None:
                 unknown.append(i)
                 continue
-            share = shares.get(name)
+            share = shares.get(master.name)
             if share is None:
-                shares[name] = (slot, [i])
+                shares[master.name] = (slot, [i])
             else:
                 share[1].append(i)
         commands: list[Command] = []
@@ -139,6 +134,6 @@ def by_slot(items: list[Item], indexes: list[int]) -> dict[int | None, list[int]
     """``indexes`` (of writes in ``items``), grouped by their key's cluster slot (each group in
     the order given)."""
     groups: dict[int | None, list[int]] = {}
-    for i in indexes:
-        groups.setdefault(key_slot(str(items[i][1]).encode()), []).append(i)
+    for i, slot in zip(indexes, slots_of([str(items[i][1]) for i in indexes]), strict=True):
+        groups.setdefault(slot, []).append(i)
     return groups
