@@ -26,7 +26,6 @@ still be on their way on it.
 from __future__ import annotations
 
 import asyncio
-from binascii import crc_hqx
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,7 +51,6 @@ __all__ = [
 Routed = tuple[int | str | bytes, tuple[Any, ...]]
 
 READ_SIZE = 1 << 16
-SLOTS = 16384  # a Redis Cluster's hash slots
 _INCOMPLETE = object()  # what the reader gives for an answer not whole yet (False is an answer: 0 == False)
 # answered by redis-py's cluster client instead: it follows these and refreshes its slot table
 _HANDED_OVER = (
@@ -192,10 +190,8 @@ def _encoded(key: str | bytes) -> bytes:
 
 
 def slots_of(keys: Sequence[str | bytes]) -> list[int]:
-    """Each key's cluster slot (redis-py's ``key_slot``, inlined for a key without a ``{``: a
-    batch's keys cost a third of calling it for each)."""
-    encoded = [_encoded(key) for key in keys]
-    return [key_slot(k) if b"{" in k else crc_hqx(k, 0) % SLOTS for k in encoded]
+    """Each key's cluster slot (redis-py's ``key_slot``)."""
+    return [key_slot(_encoded(key)) for key in keys]
 
 
 async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, resend_lost: bool) -> list[Any]:
