@@ -25,7 +25,7 @@ from .limits import Limits
 from .redis_connect import RedisClient, RedisConnection
 from .redis_errors import converted_errors, response_error, transient
 from .redis_nodes import not_served_here, per_node, usable
-from .redis_write_calls import WriteCalls, by_slot
+from .redis_write_calls import Command, Item, WriteCalls, by_slot
 from .redis_write_scripts import SCRIPT, SCRIPT_PER_MASTER
 from .template import Template
 from .writes import Write
@@ -195,7 +195,7 @@ class RedisWrite(Write):
             raise outcome
         return bool(outcome)
 
-    async def _apply_many(self, items: list[tuple[Any, Hashable, str | None]]) -> list[Any]:
+    async def _apply_many(self, items: list[Item]) -> list[Any]:
         """EVALSHA calls of up to ``CHUNK`` writes each (plain str arguments: packed by
         hiredis), the scripts loaded first on this client: one pipeline. On a cluster one call
         holds writes of every slot of one master (:data:`SCRIPT_PER_MASTER`) and the masters'
@@ -240,9 +240,9 @@ class RedisWrite(Write):
     async def _exchanged(
         self,
         client: Any,
-        commands: list[tuple[int | None, tuple[Any, ...]]],
+        commands: list[Command],
         calls: list[list[int]],
-        items: list[tuple[Any, Hashable, str | None]],
+        items: list[Item],
         targets: list[Hashable],
     ) -> list[Any]:
         """The calls' answers; when they are lost, their writes are marked as maybe applied."""
@@ -257,7 +257,7 @@ class RedisWrite(Write):
 
     def _settle(
         self,
-        items: list[tuple[Any, Hashable, str | None]],
+        items: list[Item],
         calls: list[list[int]],
         answers: list[Any],
         out: list[Any],
@@ -283,9 +283,7 @@ class RedisWrite(Write):
                 else:
                     out[i] = _outcome(items[i][1], self._settled(items[i], one, replicated, held_by))
 
-    def _refused_by_master(
-        self, refusal: BaseException, items: list[tuple[Any, Hashable, str | None]]
-    ) -> None:
+    def _refused_by_master(self, refusal: BaseException, items: list[Item]) -> None:
         """A call of every slot of a master was refused (AWS ElastiCache Serverless runs no
         script without declared keys): calls per slot from now on, unless Redis was only
         changing (a failover); its writes go again at once with the same token (one that did
@@ -296,9 +294,7 @@ class RedisWrite(Write):
         for item in items:
             _maybe_applied(self._unsure, item)
 
-    def _settled(
-        self, item: tuple[Any, Hashable, str | None], answer: Any, replicated: bool, held_by: Any
-    ) -> Any:
+    def _settled(self, item: Item, answer: Any, replicated: bool, held_by: Any) -> Any:
         """A write's answer with the replicas' word on it: 1 applied (unsure until enough
         replicas hold it), 0 stale, 2 its own version found again (this write's own, when an
         earlier attempt of it was unsure; else a re-run's, stale)."""
@@ -317,7 +313,7 @@ class RedisWrite(Write):
             return held_by
         return _Unreplicated(held_by, self.replicas, self._wait[1])
 
-    async def _send(self, client: Any, commands: list[tuple[int | None, tuple[Any, ...]]]) -> list[Any]:
+    async def _send(self, client: Any, commands: list[Command]) -> list[Any]:
         """The calls' answers (each with its keys' cluster slot, or None on one node), and
         WAIT's last when replicas are asked for (one node only)."""
         if commands[0][0] is not None and usable(client, read_from_replicas=False):
@@ -352,7 +348,7 @@ def _outcome(target: Hashable, answer: Any) -> Any:
     return bool(answer)
 
 
-def _maybe_applied(unsure: set[tuple[Hashable, str | None]], item: tuple[Any, Hashable, str | None]) -> None:
+def _maybe_applied(unsure: set[tuple[Hashable, str | None]], item: Item) -> None:
     """Remember in ``unsure`` that a write may have applied without its caller knowing (its
     answer lost, or too few replicas held it): its retry, a new call with a new token, then
     takes its own version found again (2) as applied, not as a re-run's (stale)."""
