@@ -25,6 +25,7 @@ micro-batch itself (Connect).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -168,12 +169,16 @@ class MicroBatch:
             both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
             counts = _task_counts(spark)
             parking = replace(self.parking, batch_id=batch_id, counts=counts)
-            enriched = self.build(self._ordered(both, n), parking).persist(StorageLevel.MEMORY_AND_DISK)
+            ordered = self._ordered(both, n, only_new=replay.rows is None and behind is None)
+            enriched = self.build(ordered, parking).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
-            with without_stage_code(spark):
-                rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
-                written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n)
+            rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
+            aged = self.store.aged(batch_id, previous)
+            # the state's plans, when there are any (three calls to the session's settings saved)
+            plans = reparked > 0 or behind is not None or bool(aged) or replay.selected is not None
+            with without_stage_code(spark) if plans else contextlib.nullcontext():
+                written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n, aged)
                 version = self._store.commit(
                     batch_id,
                     previous,
@@ -214,11 +219,15 @@ class MicroBatch:
         assert self._store is not None, "a micro-batch has not run yet"
         return self._store
 
-    def _ordered(self, both: DataFrame, n: int) -> DataFrame:
+    def _ordered(self, both: DataFrame, n: int, *, only_new: bool) -> DataFrame:
+        """``both`` by key in ``n`` partitions, each sorted as the task reads it: parked rows
+        first, in their order, then new rows (``only_new``: no parked row, and no join has
+        reordered the new ones; ordered by ``order_by`` alone, or left in arrival order)."""
+        keyed = both.repartition(n, *self.key_columns)
+        if only_new:
+            return keyed.sortWithinPartitions(*self.order_by) if self.order_by else keyed
         origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
-        return both.repartition(n, *self.key_columns).sortWithinPartitions(
-            origin, _state().seg, _state().order, *self.order_by
-        )
+        return keyed.sortWithinPartitions(origin, _state().seg, _state().order, *self.order_by)
 
     def _replay(self, previous: Version | None, batch_id: int, n: int) -> _Replay:
         """Which parked keys run now (due, oldest first, within the budget) and which stay."""
@@ -282,6 +291,7 @@ class MicroBatch:
         batch_id: int,
         reparked: int,
         n: int,
+        aged: list[int],
     ) -> dict[str, Part | None]:
         """Write what version ``batch_id`` adds: its segment (re-parked rows, new rows behind
         carried keys, the live rows of segments leaving the window, compacted keeping their
@@ -291,7 +301,6 @@ class MicroBatch:
         parts = [enriched.where(_state().isNotNull()).select(*columns)] if reparked else []
         if behind is not None:
             parts.append(_behind_state(behind, self.key_columns, self.order_by, batch_id).select(*columns))
-        aged = self.store.aged(batch_id, previous)
         if aged and previous is not None:
             old = self.store.live(previous, self.state_schema, self.key_columns, n, only=aged)
             if old is not None:

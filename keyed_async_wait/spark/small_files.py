@@ -51,10 +51,11 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     if is_connect(spark):
         spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
         return
-    fs, folder = _filesystem(spark, path)
-    if _on_driver_disk(fs):  # Hadoop's local filesystem forks a chmod per file it creates
-        _write_local(_local_path(fs, folder), text)
+    local = _driver_disk_folder(spark, path)
+    if local is not None:  # Hadoop's local filesystem forks a chmod per file it creates
+        _write_local(local, text)
         return
+    fs, folder = _filesystem(spark, path)
     view = _view(spark)
     hidden = view.Path(folder, f".{_NAME}.tmp")
     fs.delete(folder, True)  # what it held: version n - slots, which no version refers to any more
@@ -65,6 +66,25 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         stream.close()
     if not fs.rename(hidden, view.Path(folder, _NAME)):
         raise OSError(f"could not rename {hidden.toString()} in place")
+
+
+def _driver_disk_folder(spark: SparkSession, path: str) -> Path | None:
+    """Folder ``path`` on the driver's own disk, or None when it is on another filesystem.
+    Asked of Hadoop once per path and session (four round trips to the JVM and a copy of the
+    Hadoop settings, paid by every micro-batch's manifest otherwise): a query's checkpoint
+    stays where it was resolved, as Spark's own checkpoint files do."""
+    gateway = spark.sparkContext._gateway
+    known = _DRIVER_DISK.setdefault(gateway, {})
+    if path not in known:
+        fs, folder = _filesystem(spark, path)
+        if len(known) >= _KNOWN_PATHS:  # a long run's slots repeat: this only bounds the odd case
+            known.clear()
+        known[path] = _local_path(fs, folder) if _on_driver_disk(fs) else None
+    return known[path]
+
+
+_DRIVER_DISK: weakref.WeakKeyDictionary[Any, dict[str, Path | None]] = weakref.WeakKeyDictionary()
+_KNOWN_PATHS = 1024
 
 
 def _on_driver_disk(fs: Any) -> bool:

@@ -42,3 +42,21 @@ def test_a_missing_folder_reads_as_none_and_a_glob_reads_every_folder_in_order(
     write_text(spark, str(tmp_path / "report" / "0001"), "second")
     write_text(spark, str(tmp_path / "report" / "0000"), "first")
     assert read_text(spark, str(tmp_path / "report" / "*")) == "first\nsecond"
+
+
+def test_a_path_on_the_driver_disk_is_resolved_through_hadoop_once(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    resolve = small_files._filesystem
+
+    def counted(session: Any, path: str) -> Any:
+        asked.append(path)
+        return resolve(session, path)
+
+    monkeypatch.setattr(small_files, "_filesystem", counted)
+    folder = f"file:{tmp_path}/manifest/0001"
+    for text in ("first", "second", "third"):  # a slot written micro-batch after micro-batch
+        write_text(spark, folder, text)
+        assert (tmp_path / "manifest" / "0001" / "part-00000.txt").read_text() == text + "\n"
+    assert asked == [folder]
