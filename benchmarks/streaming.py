@@ -12,8 +12,9 @@ setting, in either mode: ``--conf spark.sql.shuffle.partitions=200 --conf
 spark.sql.adaptive.enabled=true`` gives Spark's defaults), Spark's ``noop`` sink. Per
 micro-batch size, in one run:
 
-- ``key_ordered_wait`` as a batch job over all N rows (rows/s: the median of
-  ``--batch-rounds`` runs, 3 by default, after one that warms the Python workers up);
+- ``key_ordered_wait`` as a batch job over all N rows (N: ``--rows``, at least ten
+  micro-batches' worth; rows/s: the median of ``--batch-rounds`` runs, 3 by default, after
+  one that warms the Python workers up);
 - a plain stream: the same source into ``foreachBatch`` writing the rows to ``noop`` (Spark's
   own cost per micro-batch);
 - ``key_ordered_stream`` with nothing parked (the common case).
@@ -67,6 +68,7 @@ KEYS = 2_000
 SCHEMA = "seq long, order_id long"
 DELAY = 0.02
 WARM_UP = 2  # micro-batches left out of the figures
+MEASURED = 8  # micro-batches measured at least (a few of 25,000 rows moved the figure by 10%)
 # JVM thread names (as /proc shows them: 15 characters) -> what they do
 THREADS = (
     ("GC", ("GC Thread", "G1 ", "VM Thread", "VM Periodic")),
@@ -409,7 +411,7 @@ def main() -> None:
         for per_batch in (int(x) for x in args.per_batch.split(",")):
             work = Path(tmp) / str(per_batch)
             folder = work / "in"
-            rows = max(args.rows, (WARM_UP + 4) * per_batch)
+            rows = max(args.rows, (WARM_UP + MEASURED) * per_batch)
             write_source(spark, folder, rows, per_batch)
             floor = per_batch / (2 * args.capacity) * DELAY
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
