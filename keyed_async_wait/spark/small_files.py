@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from .metrics import is_connect
 
-__all__ = ["committed_batches", "file_sizes", "read_text", "write_text"]
+__all__ = ["committed_batches", "driver_disk_folder", "file_sizes", "read_text", "write_text"]
 
 _NAME = "part-00000.txt"
 
@@ -46,12 +46,15 @@ def read_text(spark: SparkSession, path: str) -> str | None:
     return "\n".join(lines) or None
 
 
-def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Replace folder ``path``'s content by one file holding ``text``."""
+def write_text(
+    spark: SparkSession, path: str, text: str, *, known: dict[str, Path | None] | None = None
+) -> None:
+    """Replace folder ``path``'s content by one file holding ``text``. ``known``: where the
+    folders written so far are (:func:`driver_disk_folder`), kept by the caller."""
     if is_connect(spark):
         spark.createDataFrame([(text,)], "value string").coalesce(1).write.mode("overwrite").text(path)
         return
-    local = _driver_disk_folder(spark, path)
+    local = driver_disk_folder(spark, path, {} if known is None else known)
     if local is not None:  # Hadoop's local filesystem forks a chmod per file it creates
         _write_local(local, text)
         return
@@ -68,23 +71,16 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         raise OSError(f"could not rename {hidden.toString()} in place")
 
 
-def _driver_disk_folder(spark: SparkSession, path: str) -> Path | None:
-    """Folder ``path`` on the driver's own disk, or None when it is on another filesystem.
-    Asked of Hadoop once per path and session (four round trips to the JVM and a copy of the
-    Hadoop settings, paid by every micro-batch's manifest otherwise): a query's checkpoint
-    stays where it was resolved, as Spark's own checkpoint files do."""
-    gateway = spark.sparkContext._gateway
-    known = _DRIVER_DISK.setdefault(gateway, {})
+def driver_disk_folder(spark: SparkSession, path: str, known: dict[str, Path | None]) -> Path | None:
+    """Folder ``path`` on the driver's own disk, or None when it is on another filesystem;
+    asked of Hadoop only for a path ``known`` lacks (four round trips to the JVM and a copy of
+    the Hadoop settings), and added to it. The parked state keeps one for as long as it keeps
+    its layout (a stream's checkpoint does not move while it runs; Spark too resolves its own
+    checkpoint files once per run): a micro-batch's manifest then asks the JVM nothing."""
     if path not in known:
         fs, folder = _filesystem(spark, path)
-        if len(known) >= _KNOWN_PATHS:  # a long run's slots repeat: this only bounds the odd case
-            known.clear()
         known[path] = _local_path(fs, folder) if _on_driver_disk(fs) else None
     return known[path]
-
-
-_DRIVER_DISK: weakref.WeakKeyDictionary[Any, dict[str, Path | None]] = weakref.WeakKeyDictionary()
-_KNOWN_PATHS = 1024
 
 
 def _on_driver_disk(fs: Any) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
@@ -130,6 +131,8 @@ class ParkedStore:
     heartbeat: bool = False
     layout: Layout | None = field(default=None, init=False)
     _last: Version | None = field(default=None, init=False)  # the version this run wrote last
+    # where the small files' folders are (driver's disk or not): resolved once per path
+    _folders: dict[str, Path | None] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.checkpoint = self.checkpoint.rstrip("/")
@@ -189,7 +192,7 @@ class ParkedStore:
                     batch_id=batch_id,
                 )
             layout = Layout(batch_id, self.window, self.keep, self.heartbeat)
-            write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)))
+            write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)), known=self._folders)
             return layout
         data = json.loads(text)
         layout = Layout(**data)
@@ -362,7 +365,7 @@ class ParkedStore:
         fresh = segment.fresh if segment is not None else 0
         rows = (previous.rows if previous is not None else 0) - replayed + fresh
         version = Version(batch_id, rows, tuple(segments), tuple(removals))
-        write_text(self.spark, self.path("manifest", batch_id), version.to_json())
+        write_text(self.spark, self.path("manifest", batch_id), version.to_json(), known=self._folders)
         self._last = version
         return version
 
@@ -370,7 +373,7 @@ class ParkedStore:
 
     def publish(self, batch_id: int, text: str) -> None:
         """Write micro-batch ``batch_id``'s report (one slot per micro-batch, as for versions)."""
-        write_text(self.spark, self.path("report", batch_id), text)
+        write_text(self.spark, self.path("report", batch_id), text, known=self._folders)
 
     def published(self) -> list[str]:
         """The reports in every slot, one per line (empty when there are none)."""

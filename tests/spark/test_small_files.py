@@ -44,7 +44,7 @@ def test_a_missing_folder_reads_as_none_and_a_glob_reads_every_folder_in_order(
     assert read_text(spark, str(tmp_path / "report" / "*")) == "first\nsecond"
 
 
-def test_a_path_on_the_driver_disk_is_resolved_through_hadoop_once(
+def test_a_path_on_the_driver_disk_is_resolved_through_hadoop_once_per_map(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str] = []
@@ -56,7 +56,11 @@ def test_a_path_on_the_driver_disk_is_resolved_through_hadoop_once(
 
     monkeypatch.setattr(small_files, "_filesystem", counted)
     folder = f"file:{tmp_path}/manifest/0001"
+    known: dict[str, Path | None] = {}  # as the parked state keeps one per query run
     for text in ("first", "second", "third"):  # a slot written micro-batch after micro-batch
-        write_text(spark, folder, text)
+        write_text(spark, folder, text, known=known)
         assert (tmp_path / "manifest" / "0001" / "part-00000.txt").read_text() == text + "\n"
     assert asked == [folder]
+    assert known == {folder: tmp_path / "manifest" / "0001"}
+    write_text(spark, folder, "fourth")  # without a map: asked again
+    assert asked == [folder, folder]
