@@ -36,6 +36,7 @@ from redis.crc import key_slot
 
 __all__ = [
     "Routed",
+    "by_master",
     "get_by_slot",
     "masters_of",
     "mget_by_slot",
@@ -185,6 +186,24 @@ def masters_of(client: Any, slots: Sequence[int]) -> list[Any]:
     return masters
 
 
+def by_master(client: Any, slots: Sequence[int]) -> tuple[dict[str, tuple[Any, list[int]]], list[int]]:
+    """The indexes of ``slots`` grouped by their master (:func:`masters_of`), each group in the
+    order given and keyed by the master's name (redis-py's nodes are not hashable in every
+    release it allows) with the node; and the indexes of slots with no master known."""
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    unknown: list[int] = []
+    for i, node in enumerate(masters_of(client, slots)):
+        if node is None:
+            unknown.append(i)
+            continue
+        group = groups.get(node.name)
+        if group is None:
+            groups[node.name] = (node, [i])
+        else:
+            group[1].append(i)
+    return groups, unknown
+
+
 def _encoded(key: str | bytes) -> bytes:
     return key.encode() if isinstance(key, str) else key
 
@@ -204,28 +223,16 @@ async def per_node(client: Any, routed: Sequence[Routed], *, timeout: float, res
     ``timeout`` seconds raises ``redis.TimeoutError``; a failed exchange without ``resend_lost``
     raises its error. Values are as Redis sends them (RESP2: a hash is a flat list).
     """
-    # per master, by its name (redis-py's nodes are not hashable in every release it allows):
-    # the node, the commands' indexes, the commands
-    groups: dict[str, tuple[Any, list[int], list[tuple[Any, ...]]]] = {}
     answers: list[Any] = [None] * len(routed)
-    handed: list[int] = []
     slots = [key if isinstance(key, int) else key_slot(_encoded(key)) for key, _ in routed]
-    for i, ((_, words), node) in enumerate(zip(routed, masters_of(client, slots), strict=True)):
-        if node is None:  # no master known: redis-py's
-            handed.append(i)
-            continue
-        group = groups.get(node.name)
-        if group is None:
-            groups[node.name] = (node, [i], [words])
-        else:
-            group[1].append(i)
-            group[2].append(words)
+    groups, handed = by_master(client, slots)  # a command with no master known: redis-py's
     cache = getattr(client.nodes_manager, "nodes_cache", None)
     exchanges = [
-        asyncio.wait_for(_exchange(node, words, cache), timeout) for node, _, words in groups.values()
+        asyncio.wait_for(_exchange(node, [routed[i][1] for i in members], cache), timeout)
+        for node, members in groups.values()
     ]
     outcomes = await asyncio.gather(*exchanges, return_exceptions=True)
-    for (_, members, _), outcome in zip(groups.values(), outcomes, strict=True):
+    for (_, members), outcome in zip(groups.values(), outcomes, strict=True):
         if isinstance(outcome, BaseException):
             if not (resend_lost and _lost(outcome)):
                 raise _as_redis_error(outcome)

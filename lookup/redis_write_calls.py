@@ -9,7 +9,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .exceptions import TemplateError
-from .redis_nodes import masters_of, slots_of
+from .redis_nodes import by_master, slots_of
 from .redis_write_scripts import CHUNK, SHA, SHA_PER_MASTER, version_key
 from .writes import to_json
 
@@ -104,22 +104,12 @@ class WriteCalls:
         """Calls of :data:`~lookup.redis_write_scripts.SCRIPT_PER_MASTER` for the writes, one
         master's writes each (routed by one of their slots), the writes of each call, and the
         writes whose slot has no master known."""
-        shares: dict[str, tuple[int, list[int]]] = {}  # master's name: a slot of it, its writes
-        unknown: list[int] = []
         slots = slots_of([str(target) for _, target, _ in items])
-        for i, (slot, master) in enumerate(zip(slots, masters_of(client, slots), strict=True)):
-            if master is None:
-                unknown.append(i)
-                continue
-            share = shares.get(master.name)
-            if share is None:
-                shares[master.name] = (slot, [i])
-            else:
-                share[1].append(i)
+        shares, unknown = by_master(client, slots)
         commands: list[Command] = []
         calls: list[list[int]] = []
-        for slot, group in shares.values():
-            calls += self.queue(commands, items, group, out, slot, token, per_master=True)
+        for _, group in shares.values():  # routed by its first write's slot
+            calls += self.queue(commands, items, group, out, slots[group[0]], token, per_master=True)
         return commands, calls, unknown
 
 
