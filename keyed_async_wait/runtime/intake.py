@@ -3,9 +3,12 @@
 Order: records parked by an earlier run (those given to ``replay_parked``), then records
 restored from a snapshot, then the source. A source chunk that is a
 :class:`~keyed_async_wait.core.parking.ParkedBatch` replays parked records too. Intake pauses
-while the operator is full and reads no record it cannot admit; what it read and holds back (a
-watermark waiting for the records set aside before it, and what follows) is :attr:`Intake.pending`,
-which a snapshot holds, so a snapshot never misses one.
+while the operator is full and reads no record it cannot admit, except for a batch consumer
+(:attr:`~.run.Run.prompt`): then it reads up to ``capacity`` records more, which
+:meth:`Intake.admit_now` admits the moment finished records free their places, in the same
+step. What it read and has not admitted (those, or a watermark waiting for the records set
+aside before it, and what follows) is :attr:`Intake.pending`, which a snapshot holds, so a
+snapshot never misses one.
 After a hold, input is no longer admitted: it is kept for the leftover (:attr:`Intake.unread`),
 or, with ``emit_parked``, handed out as parked records as fast as it is read.
 """
@@ -25,7 +28,7 @@ from .dispatch import Dispatcher
 from .eager import Resumed, start
 from .run import Run
 
-__all__ = ["REFILL", "SPILL_CHUNK", "Intake"]
+__all__ = ["REFILL", "SPILL_CHUNK", "Intake", "Pending"]
 
 SPILL_CHUNK = 1000  # parked records handed out at a time after a hold
 REFILL = 1_000  # records set aside that come back at a time, for a key whose queue ran dry
@@ -35,10 +38,42 @@ REFILL = 1_000  # records set aside that come back at a time, for a key whose qu
 READ_TURN = 1_024
 
 
+class Pending:
+    """What the intake read and has not admitted: :attr:`rows` from :attr:`at` on (a position,
+    not a copy of the rest: a batch consumer's freed places take records a few at a time)."""
+
+    __slots__ = ("at", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.at = 0
+
+    def __len__(self) -> int:
+        return len(self.rows) - self.at
+
+    def items(self) -> list[Any]:
+        return self.rows[self.at :] if self.at else self.rows
+
+    def replace(self, rows: list[Any]) -> None:
+        self.rows, self.at = rows, 0
+
+    def take(self, count: int) -> list[Any]:
+        """The next ``count`` records (fewer if fewer are left), no longer pending."""
+        at, rows = self.at, self.rows
+        taken = rows[at : at + count]
+        at += count
+        if at >= len(rows):
+            self.rows, self.at = [], 0
+        else:
+            self.at = at
+        return taken
+
+
 class Intake:
     """Feeds the controller (see the module doc)."""
 
     __slots__ = (
+        "admitting",
         "dispatcher",
         "parked_replay",
         "pending",
@@ -64,8 +99,10 @@ class Intake:
         self.unadmitted: list[Any] = []  # input read after a hold (without emit_parked)
         # read from the source, not admitted yet: a watermark (and what follows it) waiting for
         # the records set aside before it, or records waiting for room (a snapshot holds them)
-        self.pending: list[Any] = []
+        self.pending = Pending()
+        self.admitting = False  # the intake is admitting records: admit_now waits its turn
         self.read_in_turn = 0  # records read since the loop last ran
+        run.refill = self.admit_now  # a batch consumer's finished records free places at once
 
     async def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> None:
         run = self.run
@@ -93,7 +130,7 @@ class Intake:
         """What the intake took in but never admitted: the replay not reached, input read after
         a hold; each key's records in arrival order."""
         items = list(self.unreplayed)
-        read = self.pending + self.unadmitted
+        read = self.pending.items() + self.unadmitted
         if read:
             key_of = self.run.key_of
             assert key_of is not None
@@ -166,13 +203,13 @@ class Intake:
                 if run.failure is not None:
                     return
                 continue
-            # pull no more than fits: a record taken from the source is always inside, so a
-            # snapshot never misses one
-            chunk = list(islice(iterator, room))
+            # pull no more than fits (a batch consumer's intake: a capacity more, for the places
+            # its records free) and hold it as pending, so a snapshot never misses a record read
+            chunk = list(islice(iterator, room + run.capacity if run.prompt else room))
             if not chunk:
                 return
             self.read_in_turn += len(chunk)
-            self.pending = chunk
+            self.pending.replace(chunk)
             await self._admit_pending()
             if run.failure is not None:
                 return
@@ -187,10 +224,10 @@ class Intake:
         (invariant: records inside never exceed ``capacity + blocked_capacity``). After a
         hold, what is pending is kept for the leftover, after the records set aside."""
         run = self.run
-        ctl, counters = run.ctl, run.counters
         while self.pending:
             if run.holding:
-                pending, self.pending = self.pending, []
+                pending = self.pending.items()
+                self.pending.replace([])
                 await self._held(iter(pending))
                 return
             if run.failure is not None:
@@ -199,19 +236,48 @@ class Intake:
             if room <= 0:
                 await self._wait_capacity()
                 continue
-            take, rest = self.pending[:room], self.pending[room:]
+            if self._admit(room):  # a watermark waits until every record set aside before it is back
+                await self._set_aside_back()
+
+    def _admit(self, room: int) -> bool:
+        """Admit the next ``room`` pending records and start those that may start; whether a
+        watermark among them was held back (it is pending again, with what followed it)."""
+        run = self.run
+        ctl = run.ctl
+        self.admitting = True
+        try:
             before = ctl.records_inside
-            ready = ctl.admit_many(take)
-            counters.records_in += ctl.records_inside - before
+            ready = ctl.admit_many(self.pending.take(room))
+            run.counters.records_in += ctl.records_inside - before
             if ctl.set_aside:
                 run.overflow.put(ctl.take_set_aside())
             if ready:
                 self.dispatcher.dispatch_many(ready)
-            run.notify()  # watermarks may be ready to leave
-            held, ctl.held_back = ctl.held_back, []
-            self.pending = held + rest if held else rest
-            if held:  # a watermark waits until every record set aside before it is back
-                await self._set_aside_back()
+        finally:
+            self.admitting = False
+        run.notify()  # watermarks may be ready to leave
+        held, ctl.held_back = ctl.held_back, []
+        if held:
+            self.pending.replace(held + self.pending.items())
+        return bool(held)
+
+    def admit_now(self) -> None:
+        """Places were freed (a batch consumer's records finished): admit pending records into
+        them at once, in this step. Not while the intake admits, nor while records are set
+        aside (the intake brings them back first, and a watermark waits for them), nor after
+        a hold or a failure: the intake, woken as before (:meth:`~.run.Run.room`), does it."""
+        run = self.run
+        if self.admitting or not self.pending or run.holding or run.failure is not None:
+            return
+        if run.ctl.aside:
+            return
+        room = run.room_left()
+        if room <= 0:
+            return
+        self._admit(room)
+        batcher = self.dispatcher.batcher
+        if batcher.enabled and run.room_left() <= 0:  # as when the intake waits for room
+            run.loop.call_soon(batcher.flush_now)
 
     def _bring_back(self) -> None:
         """Records set aside come back while there is room: for each key whose queue ran dry
@@ -283,3 +349,4 @@ class Intake:
         waiter = run.loop.create_future()
         run.capacity_waiter = waiter
         await waiter
+

@@ -45,7 +45,8 @@ class KeyedAsyncWaitOperator(OperatorState):
     * ``mode``: an :class:`OutputMode` (or its name).
     * ``key``: field name, list of field names, callable, or ``WHOLE_RECORD``; required for
       KEY_ORDERED, optional otherwise (used for snapshots and error messages).
-    * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken).
+    * ``capacity``: records inside at most (running, retrying, blocked, finished but not taken;
+      :meth:`process_batches` takes finished records as they finish, up to ``capacity`` more).
     * ``blocked_capacity`` (KEY_ORDERED, default 10,000): records that may wait behind their
       keys, outside ``capacity``, so that a hot key never holds the other keys back; past it a
       hot key's further records are set aside and come back in order (in memory here, up to
@@ -55,8 +56,9 @@ class KeyedAsyncWaitOperator(OperatorState):
     * ``set_aside_capacity`` (KEY_ORDERED; default 100,000): records this operator keeps set
       aside in memory at most; at it the source is not read until some come back
       (back-pressure). The source is then never read more than ``2 * capacity +
-      blocked_capacity + set_aside_capacity`` records ahead of the outputs; records already
-      read of other keys run meanwhile. ``None``: no bound.
+      blocked_capacity + set_aside_capacity`` records ahead of the outputs (``3 * capacity``
+      through :meth:`process_batches`); records already read of other keys run meanwhile.
+      ``None``: no bound.
     * ``timeout``: seconds per record from the first attempt to the end, retries included.
     * ``retry``: a :class:`RetryStrategy`.
     * ``on_error``: ``"fail"`` ends the run at the first failure; ``"emit"`` yields a
@@ -218,22 +220,29 @@ class KeyedAsyncWaitOperator(OperatorState):
         Cheaper per record; what a caller with columnar batches (Arrow) wants. With ``linger``
         (seconds), a chunk of fewer than ``min_chunk`` outputs waits up to that long for more
         before it is yielded (fewer, larger chunks for a consumer with a cost per chunk).
+
+        Finished records are taken for the next chunk as they finish, a few at a time, and
+        their places refilled in the same step from up to ``capacity`` records read ahead (a
+        place does not wait for this generator's turn, nor for the rest of its round); at most
+        ``capacity`` of them wait for the caller, past that they count against the capacity.
+        A snapshot taken while the caller holds a chunk holds them, with their results.
         """
         runtime = await self._begin()
         intake = runtime.feed(source, batches=True)
         pairs = self.spec.output == "pairs"
         emit_errors = self.spec.on_error != "fail"
         try:
-            out = runtime.ctl.out
+            out, run = runtime.ctl.out, runtime.run
             while True:
                 if runtime.failure is not None:
                     raise runtime.failure
-                if out and len(out) < min_chunk and linger > 0 and not runtime.finished:
+                ready = len(out) + len(run.taken)
+                if ready and ready < min_chunk and linger > 0 and not runtime.finished:
                     await self._linger(runtime, min_chunk, linger)
                 if runtime.spill:  # emit_parked: parked records leave as they are parked
                     yield runtime.take_spill()
                     continue
-                if out:
+                if out or run.taken:
                     yield outputs_of(runtime.hand_out_all(), pairs, emit_errors, runtime.plain_output)
                     continue
                 if runtime.finished:
@@ -249,12 +258,13 @@ class KeyedAsyncWaitOperator(OperatorState):
     @staticmethod
     async def _linger(runtime: Runtime, min_chunk: int, linger: float) -> None:
         """Wait up to ``linger`` seconds for ``min_chunk`` outputs, while there is room (finished
-        records count against capacity)."""
-        out, loop = runtime.ctl.out, runtime.loop
+        records taken for the consumer wait outside the capacity, at most ``capacity`` of
+        them; past that they count against it)."""
+        out, run, loop = runtime.ctl.out, runtime.run, runtime.loop
         deadline = loop.time() + linger
         while (
-            len(out) < min_chunk
-            and runtime.run.room_left() > 0
+            len(out) + len(run.taken) < min_chunk
+            and run.room_left() > 0
             and runtime.failure is None
             and not runtime.finished
         ):

@@ -65,7 +65,7 @@ class OperatorState:
         :meth:`restore` and feed the source from the position it had reached.
         """
         runtime = self._runtime
-        entries = runtime.ctl.live_entries() if runtime is not None else []
+        entries = runtime.unconsumed() if runtime is not None else []
         if runtime is not None:  # records set aside come after every record inside
             after = entries[-1].seq + 1 if entries else 0
             aside = runtime.run.overflow.peek()

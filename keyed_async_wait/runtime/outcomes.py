@@ -114,6 +114,8 @@ class Outcomes:
         nxt = run.ctl.finish(entry)
         if nxt is not None:
             self.ready.append(nxt)
+        if run.prompt and len(run.ctl.out) >= run.prompt:
+            run.take_finished()
         run.notify()
 
     def supersede(self) -> None:
@@ -138,4 +140,6 @@ class Outcomes:
         nxt = run.ctl.finish_many(done, marked=True)
         if nxt:
             self.ready.extend(nxt)
+        if run.prompt and len(run.ctl.out) >= run.prompt:
+            run.take_finished()
         run.notify()

@@ -10,6 +10,7 @@ could not admit); they share only this.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,12 @@ from ..core.spec import WaitSpec
 from .backend import FunctionAdapter
 from .overflow import MemoryOverflow, Overflow
 
-__all__ = ["Counters", "Run", "resolve"]
+__all__ = ["PROMPT_GROUP", "Counters", "Run", "resolve"]
+
+# a batch consumer's finished records are taken this many at a time (fewer at a small capacity,
+# see Run.prompt): one at a time costs a turn of the intake per record, the whole round at once
+# leaves each place idle while the round's other records are handed out and admitted
+PROMPT_GROUP = 8
 
 
 @dataclass(slots=True)
@@ -70,6 +76,11 @@ class Run:
         self.capacity_waiter: asyncio.Future[None] | None = None
         self.spill_waiter: asyncio.Future[None] | None = None
         self.aside_waiter: asyncio.Future[None] | None = None  # the intake waits for set-aside records
+        # a batch consumer (process_batches): finished records are taken as they finish, this
+        # many at a time (0: the consumer takes them), into ``taken``, its next chunk
+        self.prompt = 0
+        self.taken: list[Entry] = []
+        self.refill: Callable[[], None] | None = None  # the intake's: admit what it read, now
 
     # ------------------------------------------------------------------ wake-ups
 
@@ -139,14 +150,39 @@ class Run:
             self.counters.records_out += 1
         self.room()
 
+    def for_batches(self) -> None:
+        """The consumer takes chunks (``process_batches``): take its finished records as they
+        finish (see :meth:`take_finished`)."""
+        self.prompt = max(1, min(PROMPT_GROUP, self.capacity // 25))
+
+    def take_finished(self) -> None:
+        """For a batch consumer: the entries that may leave, handed out now into
+        :attr:`taken` (the consumer's next chunk) and their places refilled at once, in this
+        step, from what the intake read (``refill``). Without it a place freed waits for the
+        consumer's turn and then the intake's, behind every other record of its round.
+
+        Invariant: at most ``capacity`` entries wait in :attr:`taken`; past that the consumer
+        takes them, as before. A snapshot holds them (they are finished, not yet consumed)."""
+        out = self.ctl.out
+        if len(self.taken) + len(out) > self.capacity:
+            return
+        self.taken += self._hand_out(out)
+        if self.refill is not None:
+            self.refill()
+        self.room()
+
     def hand_out_all(self) -> list[Entry]:
         """Take every entry that may leave now (for batch consumers)."""
-        ctl = self.ctl
-        out = ctl.out
+        taken, self.taken = self.taken, []
+        entries = self._hand_out(self.ctl.out)
+        self.room()
+        return taken + entries if taken else entries
+
+    def _hand_out(self, out: Any) -> list[Entry]:
         entries = list(out)
         out.clear()
+        ctl = self.ctl
         self.counters.records_out += ctl.hand_out_many(entries, records_only=ctl.plain_output)
-        self.room()
         return entries
 
     def take_spill(self) -> list[ParkedItem]:

@@ -111,15 +111,27 @@ class Runtime:
         return len(self.dispatcher.batcher.buffer)
 
     def feed(self, source: Iterable[Any] | AsyncIterable[Any], batches: bool) -> asyncio.Task[None]:
-        """Start the intake from ``source`` in a task of its own."""
+        """Start the intake from ``source`` in a task of its own (``batches``: for a consumer of
+        chunks, which has its finished records taken as they finish)."""
+        if batches:
+            self.run.for_batches()
         return self.loop.create_task(self.intake.feed(source, batches))
+
+    def unconsumed(self) -> list[Entry]:
+        """Every entry not yet handed to the consumer, in arrival order: those inside and those
+        taken for its next chunk (finished, with their results)."""
+        live = self.ctl.live_entries()
+        taken = self.run.taken
+        if not taken:
+            return live
+        return sorted(taken + live, key=_seq)
 
     def pending_entries(self, first_seq: int) -> list[Entry]:
         """What the intake read and has not admitted yet, as entries numbered from
         ``first_seq`` (for a snapshot: they come after every record inside and set aside)."""
         key_of = self.run.key_of
         entries = []
-        for i, element in enumerate(self.intake.pending):
+        for i, element in enumerate(self.intake.pending.items()):
             if type(element) is Watermark:
                 entries.append(Entry.for_watermark(first_seq + i, element))
             else:
@@ -175,3 +187,7 @@ class Runtime:
             task.cancel()
         tasks.extend(running)
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _seq(entry: Entry) -> int:
+    return entry.seq

@@ -15,6 +15,7 @@ from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy, 
 from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, next_turn, per_key, run
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CHUNK = 7  # records per chunk when the stream is fed to process_batches
 
 
 @st.composite
@@ -45,6 +46,15 @@ def _records(stream: list[Any]) -> list[dict]:
     return [x for x in stream if not isinstance(x, Watermark)]
 
 
+async def consumed(op: KeyedAsyncWaitOperator, stream: list[Any], chunked: bool) -> list[Any]:
+    """Every output of ``op`` over ``stream``: through ``process``, or through
+    ``process_batches`` in chunks (whose finished records are taken as they finish)."""
+    if not chunked:
+        return await collect(op, stream)
+    chunks = [stream[i : i + CHUNK] for i in range(0, len(stream), CHUNK)]
+    return [x async for chunk in op.process_batches(chunks) for x in chunk]
+
+
 def _operator(action: TurnsAction, mode: OutputMode, capacity: int, **kw: Any) -> KeyedAsyncWaitOperator:
     op = KeyedAsyncWaitOperator(action, mode=mode, key="k", capacity=capacity, **kw)
     action.operator = op
@@ -52,11 +62,13 @@ def _operator(action: TurnsAction, mode: OutputMode, capacity: int, **kw: Any) -
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
-def test_ordered_output_equals_input_order(stream: list[Any], capacity: int, fail: set, eager: bool) -> None:
+@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans(), chunked=st.booleans())
+def test_ordered_output_equals_input_order(
+    stream: list[Any], capacity: int, fail: set, eager: bool, chunked: bool
+) -> None:
     action = TurnsAction(fail=fail, eager=eager)
     op = _operator(action, OutputMode.ORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
-    out = run(collect(op, stream))
+    out = run(consumed(op, stream, chunked))
     assert [x if isinstance(x, Watermark) else x["id"] for x in out] == [
         x if isinstance(x, Watermark) else x["id"] for x in stream
     ]
@@ -65,16 +77,17 @@ def test_ordered_output_equals_input_order(stream: list[Any], capacity: int, fai
 
 
 @SETTINGS
-@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans())
+@given(stream=streams(), capacity=capacities, fail=failures, eager=st.booleans(), chunked=st.booleans())
 def test_unordered_emits_everything_and_never_crosses_a_watermark(
-    stream: list[Any], capacity: int, fail: set, eager: bool
+    stream: list[Any], capacity: int, fail: set, eager: bool, chunked: bool
 ) -> None:
     action = TurnsAction(fail=fail, eager=eager)
     op = _operator(action, OutputMode.UNORDERED, capacity, retry=RetryStrategy.fixed_delay(3, 0))
-    out = run(collect(op, stream))
+    out = run(consumed(op, stream, chunked))
     assert sorted(ids(out)) == [r["id"] for r in _records(stream)]
     assert_nothing_crosses_watermarks(stream, out)
     assert action.max_inside <= capacity
+    assert action.max_total_running <= capacity
 
 
 @SETTINGS
@@ -84,9 +97,10 @@ def test_unordered_emits_everything_and_never_crosses_a_watermark(
     fail=failures,
     eager=st.booleans(),
     blocked=st.sampled_from([0, 3, 40]),
+    chunked=st.booleans(),
 )
 def test_key_ordered_runs_one_record_per_key_in_arrival_order(
-    stream: list[Any], capacity: int, fail: set, eager: bool, blocked: int
+    stream: list[Any], capacity: int, fail: set, eager: bool, blocked: int, chunked: bool
 ) -> None:
     action = TurnsAction(fail=fail, eager=eager)
     op = _operator(
@@ -96,7 +110,7 @@ def test_key_ordered_runs_one_record_per_key_in_arrival_order(
         retry=RetryStrategy.fixed_delay(3, 0),
         blocked_capacity=blocked,
     )
-    out = run(collect(op, stream))
+    out = run(consumed(op, stream, chunked))
     records = _records(stream)
     assert sorted(ids(out)) == [r["id"] for r in records]
     assert action.max_running_per_key <= 1

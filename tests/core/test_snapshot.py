@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import aclosing, suppress
+from itertools import islice
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from keyed_async_wait import (
 )
 from keyed_async_wait.core.keys import stable_hash, subtask_for_key_group
 
-from .helpers import TurnsAction, collect, run, taken_then_snapshot, until
+from .helpers import TurnsAction, collect, next_turn, run, taken_then_snapshot, until
 
 
 def _restore_and_finish(
@@ -246,3 +247,70 @@ def test_the_public_routing_checks_its_parallelism() -> None:
     with pytest.raises(ConfigError, match="parallelism"):
         subtask_for_key("a", 129)
     assert key_group_for("a") in key_group_range(subtask_for_key("a", 3), 3)
+
+
+async def _chunks_then_snapshot(
+    op: KeyedAsyncWaitOperator, records: Iterator[Any], chunk: int, cut: int, turns: int
+) -> tuple[list[Any], OperatorSnapshot]:
+    """The first ``cut`` chunks of ``op.process_batches`` over ``records`` (read lazily, in
+    chunks of ``chunk``), then ``turns`` loop turns while the consumer holds the last (as a
+    consumer writing it somewhere would: records finish meanwhile, and are taken for the next
+    chunk), then the snapshot."""
+    chunks = (islice(records, chunk) for _ in range(10_000))
+    out: list[Any] = []
+    async with aclosing(op.process_batches(chunks)) as outputs:
+        if cut:
+            got = 0
+            async for part in outputs:
+                out += part
+                got += 1
+                if got >= cut:
+                    break
+        for _ in range(turns):
+            await next_turn()
+        return out, op.snapshot()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 50),
+    keys=st.integers(1, 9),
+    lats=st.lists(st.integers(0, 5), min_size=50, max_size=50),
+    cut=st.integers(0, 12),
+    turns=st.integers(0, 8),
+    capacity=st.integers(1, 10),
+    chunk=st.integers(1, 12),
+    mode=st.sampled_from(list(OutputMode)),
+)
+def test_a_snapshot_between_chunks_holds_the_records_taken_for_the_next_chunk(
+    n: int, keys: int, lats: list[int], cut: int, turns: int, capacity: int, chunk: int, mode: OutputMode
+) -> None:
+    """``process_batches`` takes finished records for the consumer's next chunk as they finish.
+    A snapshot taken while the consumer holds a chunk (the loop running meanwhile) holds them
+    with their results: restored, with the source read on from where it was, every record
+    comes out once, each key's in order (KEY_ORDERED; all in order when ORDERED), and none
+    that had finished is invoked again."""
+    rows = [{"id": i, "k": i % keys, "lat": lats[i]} for i in range(n)]
+    options: dict[str, Any] = {"mode": mode, "key": "k", "capacity": capacity}
+    first = TurnsAction()
+    records = iter(rows)
+    op = KeyedAsyncWaitOperator(first, **options)
+    before, snap = run(_chunks_then_snapshot(op, records, chunk, cut, turns))
+    again = TurnsAction()
+    fresh = KeyedAsyncWaitOperator(again, **options)
+    fresh.restore(snap)
+    after = run(collect(fresh, list(records)))
+    out = before + after
+    assert sorted(r["id"] for r in out) == list(range(n))
+    by_key: dict[Any, list[int]] = {}
+    for r in out:
+        by_key.setdefault(r["k"], []).append(r["id"])
+    if mode is not OutputMode.UNORDERED:
+        assert all(ids == sorted(ids) for ids in by_key.values())
+    if mode is OutputMode.ORDERED:
+        assert [r["id"] for r in out] == list(range(n))
+    finished_before = {rid for rid in first.attempts if rid not in again.attempts}
+    shown = {r["id"] for r in after}
+    # a record finished in the first run and restored with its results is not called again
+    assert not (finished_before & set(again.attempts))
+    assert set(again.attempts) <= shown
