@@ -23,10 +23,13 @@ from .overflow import MemoryOverflow, Overflow
 
 __all__ = ["PROMPT_GROUP", "Counters", "Run", "resolve"]
 
-# a batch consumer's finished records are taken this many at a time (fewer at a small capacity,
-# see Run.prompt): one at a time costs a turn of the intake per record, the whole round at once
-# leaves each place idle while the round's other records are handed out and admitted
-PROMPT_GROUP = 8
+# a batch consumer's finished records are taken this many at a time at most (an eighth of the
+# capacity when smaller). The whole round at once leaves each place idle while the round's other
+# records are handed out and admitted; small groups cost CPU: a group's admission has a fixed
+# cost, and places refilled apart end apart, so the loop turns (and wakes the consumer) more
+# often. Measured at 200 in flight and 20 ms: groups of 8 keep 0.97 of the places busy at +12%
+# Python calls per record, groups of 25 0.96-0.97 at +5%, the whole round 0.93 (slot_use)
+PROMPT_GROUP = 25
 
 
 @dataclass(slots=True)
@@ -153,7 +156,7 @@ class Run:
     def for_batches(self) -> None:
         """The consumer takes chunks (``process_batches``): take its finished records as they
         finish (see :meth:`take_finished`)."""
-        self.prompt = max(1, min(PROMPT_GROUP, self.capacity // 25))
+        self.prompt = max(1, min(PROMPT_GROUP, self.capacity // 8))
 
     def take_finished(self) -> None:
         """For a batch consumer: the entries that may leave, handed out now into
@@ -172,9 +175,12 @@ class Run:
         self.room()
 
     def hand_out_all(self) -> list[Entry]:
-        """Take every entry that may leave now (for batch consumers)."""
+        """Take every entry that may leave now (for batch consumers), their places refilled at
+        once from what the intake read."""
         taken, self.taken = self.taken, []
         entries = self._hand_out(self.ctl.out)
+        if self.refill is not None and self.prompt:
+            self.refill()
         self.room()
         return taken + entries if taken else entries
 
