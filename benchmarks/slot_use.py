@@ -11,7 +11,8 @@ rounds of MS), and the share of the places busy (the calls' own time over C time
 The pool is C coroutines each taking the next record as its call ends: nothing between a call
 and the next but the loop. The gap between the two is what the operator's own turns cost a
 call that finished (handing its result out, freeing its place, admitting the next record),
-not CPU alone: the calls of one round end in the same millisecond and are handed out together.
+not CPU alone: the calls of one round end in the same millisecond, and ``process_batches``
+takes their results in groups (up to 25) and refills their places a group at a time.
 """
 
 from __future__ import annotations
