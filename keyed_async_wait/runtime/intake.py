@@ -267,9 +267,7 @@ class Intake:
         aside (the intake brings them back first, and a watermark waits for them), nor after
         a hold or a failure: the intake, woken as before (:meth:`~.run.Run.room`), does it."""
         run = self.run
-        if self.admitting or not self.pending or run.holding or run.failure is not None:
-            return
-        if run.ctl.aside:
+        if self.admitting or not self.pending or run.holding or run.failure is not None or run.ctl.aside:
             return
         room = run.room_left()
         if room <= 0:
@@ -349,4 +347,3 @@ class Intake:
         waiter = run.loop.create_future()
         run.capacity_waiter = waiter
         await waiter
-
