@@ -4,7 +4,6 @@ and their places refilled in the same step, within stated bounds."""
 from __future__ import annotations
 
 import asyncio
-from itertools import islice
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -12,8 +11,7 @@ from hypothesis import strategies as st
 
 from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode
 
-from .helpers import TurnsAction, next_turn, per_key, run, until
-from .test_set_aside import Counted, _interleaved
+from .helpers import TurnsAction, next_turn, run, until
 
 
 class Gated:
@@ -60,44 +58,6 @@ def test_a_place_freed_by_a_finished_record_is_refilled_in_the_same_step() -> No
 
     out = run(go())
     assert sorted(r["id"] for r in out) == list(range(12))
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    hot=st.integers(0, 120),
-    others=st.integers(0, 40),
-    capacity=st.integers(1, 6),
-    bound=st.integers(1, 30),
-    limit=st.integers(0, 30),
-    chunk=st.integers(1, 20),
-    seed=st.integers(0, 1_000),
-)
-def test_the_source_is_read_at_most_a_stated_bound_ahead_of_the_chunks(
-    hot: int, others: int, capacity: int, bound: int, limit: int, chunk: int, seed: int
-) -> None:
-    """Through ``process_batches`` the source is never read more than ``3 * capacity +
-    blocked_capacity + set_aside_capacity`` records ahead of the chunks handed out: a capacity
-    more than through ``process`` read ahead for the places freed, and up to a capacity of
-    finished records taken for the next chunk. Every record leaves once, per key in order."""
-    rows = _interleaved(hot, others, seed)
-    source = Counted(rows)
-    op = KeyedAsyncWaitOperator(
-        TurnsAction(), mode="key_ordered", key="k", capacity=capacity, blocked_capacity=bound,
-        set_aside_capacity=limit,
-    )  # fmt: skip
-
-    async def go() -> list[Any]:
-        records = iter(source)
-        out: list[Any] = []
-        async for part in op.process_batches(islice(records, chunk) for _ in range(len(rows) + 1)):
-            source.out += len(part)
-            out += part
-        return out
-
-    out = run(go())
-    assert sorted(r["id"] for r in out) == list(range(len(rows)))
-    assert per_key(out) == per_key(rows)
-    assert source.most_ahead <= 3 * capacity + bound + limit, source.most_ahead
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
