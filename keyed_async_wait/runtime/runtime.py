@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Iterable
+from operator import attrgetter
 from typing import Any
 
 from ..core.elements import Watermark
@@ -124,7 +125,7 @@ class Runtime:
         taken = self.run.taken
         if not taken:
             return live
-        return sorted(taken + live, key=_seq)
+        return sorted(taken + live, key=attrgetter("seq"))
 
     def pending_entries(self, first_seq: int) -> list[Entry]:
         """What the intake read and has not admitted yet, as entries numbered from
@@ -187,7 +188,3 @@ class Runtime:
             task.cancel()
         tasks.extend(running)
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _seq(entry: Entry) -> int:
-    return entry.seq

@@ -195,13 +195,7 @@ def test_key_ordered_batches_keep_key_order(
         retry=RetryStrategy.fixed_delay(3, 0),
     )
 
-    async def go() -> list[Any]:
-        if not chunked:
-            return [x async for x in op.process(stream)]
-        chunks = [stream[i : i + 7] for i in range(0, len(stream), 7)]
-        return [x async for chunk in op.process_batches(chunks) for x in chunk]
-
-    out = run(go())
+    out = run(consumed(op, stream, chunked))
     records = _records(stream)
     assert not action.overlap
     assert per_key(out) == per_key(records)
