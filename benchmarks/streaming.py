@@ -22,7 +22,11 @@ micro-batch size, in one run:
 For the streams: sustained rows/s and the median seconds per micro-batch (Spark's
 ``triggerExecution``: planning, the micro-batch, its commit), over every micro-batch after the
 first two (warm-up), and the floor the lookups alone set (rows over the tasks' capacity, times
-20 ms). And where the stream's process tree spent its CPU, per micro-batch: the JVM's threads
+20 ms). For ``key_ordered_stream``, where a micro-batch's seconds go: Spark's own work (its
+``triggerExecution`` but for ``addBatch``, the ``foreachBatch`` function), our function, and
+of it the sink (the lookups' Spark job and its planning); and the bound Spark's own work and
+the fullest task's floor set together (the keys' split over the tasks, one per task slot, is
+measured on the source). And where the stream's process tree spent its CPU, per micro-batch: the JVM's threads
 grouped by their name (garbage collection, the JIT compilers, task threads, the stream's own
 thread, Spark's scheduler, the rest; read from ``/proc``), the Python workers, the driver,
 and the classes Spark's code generation compiled (a plan whose code it had not seen).
@@ -57,8 +61,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import psutil
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from keyed_async_wait import AsyncDataStream
+from keyed_async_wait.spark.session import key_partitions
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cpu_meter import worker_cpu
@@ -93,6 +99,7 @@ class Sink:
 
     def __init__(self, split: CpuSplit) -> None:
         self.split, self.calls = split, 0
+        self.seconds: list[float] = []  # each call's write: its planning and its Spark job
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         if self.calls == WARM_UP:
@@ -100,7 +107,9 @@ class Sink:
         elif self.calls > WARM_UP:
             self.split.touch()
         self.calls += 1
+        started = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
+        self.seconds.append(time.perf_counter() - started)
 
     @property
     def steady(self) -> int:
@@ -115,14 +124,15 @@ def jvm_pid(spark: SparkSession) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
 
-def _thread(pid: int, tid: str) -> tuple[str, float] | None:
-    """A JVM thread's name and CPU seconds (None: it has ended)."""
+def _thread(pid: int, tid: str) -> tuple[str, str, float] | None:
+    """A JVM thread's name, start time (clock ticks since boot: a thread id the system reuses
+    for a new thread is another thread) and CPU seconds (None: it has ended)."""
     try:
         stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
     name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
-    return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return name, fields[19], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuSplit:
@@ -134,7 +144,8 @@ class CpuSplit:
     def __init__(self, spark: SparkSession) -> None:
         self.pid = jvm_pid(spark)
         self.samples: list[Counter[str]] = []
-        self._seen: dict[str, tuple[str, float]] = {}  # tid -> (group, CPU seconds last seen)
+        # (tid, start time) -> (group, CPU seconds last seen)
+        self._seen: dict[tuple[str, str], tuple[str, float]] = {}
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._codegen = jvm.org.apache.spark.metrics.source.CodegenMetrics
@@ -143,13 +154,13 @@ class CpuSplit:
         for tid in tids:
             found = _thread(self.pid, tid)
             if found is not None:
-                name, seconds = found
+                name, started, seconds = found
                 group = next((g for g, prefixes in THREADS if name.startswith(prefixes)), "other")
-                self._seen[tid] = (group, seconds)
+                self._seen[tid, started] = (group, seconds)
 
     def touch(self) -> None:
         """Bring the stream's thread up to date (one small read)."""
-        self._look([tid for tid, (group, _) in self._seen.items() if group == "stream"])
+        self._look([tid for (tid, _), (group, _) in self._seen.items() if group == "stream"])
 
     def generated(self) -> int:
         """Classes Spark's code generation compiled so far (a plan it had not seen before)."""
@@ -212,12 +223,31 @@ def _figures(progress: list[dict[str, Any]], split: CpuSplit, sink: Sink) -> dic
     steady = [p for p in progress if p["numInputRows"]][WARM_UP:]
     rows = sum(p["numInputRows"] for p in steady)
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in steady]
+    # Spark's own work: the micro-batch but for the foreachBatch function (addBatch)
+    spark_own = [(p["durationMs"]["triggerExecution"] - p["durationMs"]["addBatch"]) / 1000 for p in steady]
     return {
         "micro_batches": len(steady),
         "rows_per_s": round(rows / sum(seconds)) if seconds else 0,
-        "seconds_per_batch": round(statistics.median(seconds), 3) if seconds else 0,
+        "seconds_per_batch": _median(seconds),
+        "spark_own_seconds": _median(spark_own),
+        "sink_seconds": _median(sink.seconds[WARM_UP:]),
         "cpu_per_batch": split.per_batch(sink.steady),
     }
+
+
+def _median(seconds: list[float]) -> float:
+    return round(statistics.median(seconds), 3) if seconds else 0.0
+
+
+def largest_share(spark: SparkSession, folder: Path) -> float:
+    """The share of the rows in the fullest of the partitions a key-ordered wait spreads its
+    keys over (one per task slot): that task's lookups set the floor of a job or micro-batch."""
+    df = spark.read.parquet(str(folder))
+    n = key_partitions(spark)
+    counts = [
+        row[1] for row in df.repartition(n, "order_id").groupBy(F.spark_partition_id()).count().collect()
+    ]
+    return max(counts) / sum(counts)
 
 
 def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
@@ -254,9 +284,7 @@ def keyed_stream(spark: SparkSession, folder: Path, work: Path, capacity: int) -
     figures = _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
     reports = stream.reports[WARM_UP:]
     assert all(r.parked == 0 for r in reports), "rows were left parked"
-    figures["our_seconds_per_batch"] = (
-        round(statistics.median(r.seconds for r in reports), 3) if reports else 0
-    )
+    figures["our_seconds_per_batch"] = _median([r.seconds for r in reports])
     return figures
 
 
@@ -373,6 +401,21 @@ def soak(
     return {"minutes": len(minute_cpu), "rows_out": sum(r.rows_out for r in reports), "cpu": dict(total)}
 
 
+def _where_it_goes(keyed: dict[str, Any], per_batch: int, share: float, capacity: int, batch: float) -> str:
+    """Where a key_ordered_stream micro-batch's seconds go (medians), and the rows/s a stream
+    would make if it paid only Spark's own work and its fullest task's lookups."""
+    larger = per_batch * share / capacity * DELAY  # the fullest task's floor
+    ours, sink = keyed["our_seconds_per_batch"], keyed["sink_seconds"]
+    spark_own = keyed["spark_own_seconds"]
+    bound = per_batch / (spark_own + larger)
+    return (
+        f"  a micro-batch, medians: Spark's own work {spark_own:.2f} s; our function {ours:.2f} s, "
+        f"of it the sink {sink:.2f} s (its planning and the lookups' Spark job) and {ours - sink:.2f} s "
+        f"around it; the fullest task's floor {larger:.2f} s ({share:.1%} of the rows); Spark's own "
+        f"work and that floor alone: {bound:,.0f} rows/s ({bound / batch:.2f}x the batch job)"
+    )
+
+
 def _ended(progress: dict[str, Any]) -> float:
     """When a micro-batch ended, on this process's monotonic clock."""
     from datetime import datetime
@@ -414,10 +457,16 @@ def main() -> None:
             rows = max(args.rows, (WARM_UP + MEASURED) * per_batch)
             write_source(spark, folder, rows, per_batch)
             floor = per_batch / (2 * args.capacity) * DELAY
+            share = largest_share(spark, folder)
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
             plain = plain_stream(spark, folder, work)
             keyed = keyed_stream(spark, folder, work, args.capacity)
-            results[per_batch] = {"batch_rows_per_s": round(batch), "plain": plain, "keyed": keyed}
+            results[per_batch] = {
+                "batch_rows_per_s": round(batch),
+                "largest_partition_share": round(share, 4),
+                "plain": plain,
+                "keyed": keyed,
+            }
             print(
                 f"{per_batch:,} rows a micro-batch: batch job {batch:,.0f} rows/s; plain stream "
                 f"{plain['rows_per_s']:,} rows/s, {plain['seconds_per_batch']:.2f} s a micro-batch; "
@@ -427,6 +476,7 @@ def main() -> None:
                 f"{keyed['seconds_per_batch'] - plain['seconds_per_batch']:.2f} s; the lookups' floor "
                 f"{floor:.2f} s)"
             )
+            print(_where_it_goes(keyed, per_batch, share, args.capacity, batch))
             for name in ("plain", "keyed"):
                 cpu = dict(results[per_batch][name]["cpu_per_batch"])
                 classes = cpu.pop("classes generated", 0.0)
