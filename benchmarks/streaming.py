@@ -61,14 +61,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import psutil
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from keyed_async_wait import AsyncDataStream
 from keyed_async_wait.spark.session import key_partitions
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cpu_meter import worker_cpu
-from spark_throughput import calibration, local_spark
+from spark_throughput import calibration, largest_share, local_spark
 
 KEYS = 2_000
 SCHEMA = "seq long, order_id long"
@@ -237,17 +236,6 @@ def _figures(progress: list[dict[str, Any]], split: CpuSplit, sink: Sink) -> dic
 
 def _median(seconds: list[float]) -> float:
     return round(statistics.median(seconds), 3) if seconds else 0.0
-
-
-def largest_share(spark: SparkSession, folder: Path) -> float:
-    """The share of the rows in the fullest of the partitions a key-ordered wait spreads its
-    keys over (one per task slot): that task's lookups set the floor of a job or micro-batch."""
-    df = spark.read.parquet(str(folder))
-    n = key_partitions(spark)
-    counts = [
-        row[1] for row in df.repartition(n, "order_id").groupBy(F.spark_partition_id()).count().collect()
-    ]
-    return max(counts) / sum(counts)
 
 
 def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
@@ -457,7 +445,8 @@ def main() -> None:
             rows = max(args.rows, (WARM_UP + MEASURED) * per_batch)
             write_source(spark, folder, rows, per_batch)
             floor = per_batch / (2 * args.capacity) * DELAY
-            share = largest_share(spark, folder)
+            # the keys' split over the tasks (one per task slot): the fullest sets the floor
+            share = largest_share(spark.read.parquet(str(folder)), "order_id", key_partitions(spark))
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
             plain = plain_stream(spark, folder, work)
             keyed = keyed_stream(spark, folder, work, args.capacity)
