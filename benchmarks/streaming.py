@@ -26,8 +26,8 @@ first two (warm-up), and the floor the lookups alone set (rows over the tasks' c
 ``triggerExecution`` but for ``addBatch``, the ``foreachBatch`` function), our function, and
 of it the sink (the lookups' Spark job and its planning); and the bound Spark's own work and
 the fullest task's floor set together (the keys' split over the tasks, one per task slot, is
-measured on the source). And where the stream's process tree spent its CPU, per micro-batch: the JVM's threads
-grouped by their name (garbage collection, the JIT compilers, task threads, the stream's own
+measured on the source). And where the stream's process tree spent its CPU, per micro-batch:
+the JVM's threads grouped by their name (garbage collection, the JIT compilers, task threads, the stream's own
 thread, Spark's scheduler, the rest; read from ``/proc``), the Python workers, the driver,
 and the classes Spark's code generation compiled (a plan whose code it had not seen).
 
@@ -91,10 +91,11 @@ async def enrich(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class Sink:
-    """Spark's ``noop`` sink, taking a CPU sample at the first micro-batch after the warm-up
-    (the sink runs in this process on a classic session; a sample reads ``/proc`` for every
-    JVM thread, about 30 ms: taken once, not per micro-batch, so it stays out of the timings;
-    later micro-batches bring the stream's thread up to date, one read)."""
+    """Spark's ``noop`` sink, timing each write and taking a CPU sample at the first
+    micro-batch after the warm-up (the sink runs in this process on a classic session; a
+    sample reads ``/proc`` for every JVM thread, about 30 ms: taken once, not per micro-batch,
+    so it stays out of the timings; later micro-batches bring the stream's thread up to date,
+    one read)."""
 
     def __init__(self, split: CpuSplit) -> None:
         self.split, self.calls = split, 0
