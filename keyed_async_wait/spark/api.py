@@ -26,11 +26,11 @@ from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
+from .balance import Placement
 from .journal import ProgressJournal, journal_prefix
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
-from .session import key_partitions
 from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
 from .task import run_partition
 
@@ -161,6 +161,7 @@ class AsyncDataStream:
         order_by: str | Sequence[str] | None = None,
         assume_partitioned: bool = False,
         num_partitions: int | None = None,
+        balance_keys: bool = False,
         blocked_capacity: int | None = None,
         timeout: float | None = None,
         capacity: int | None = None,
@@ -191,6 +192,10 @@ class AsyncDataStream:
             Partitions of the repartition (default: one per task slot of the cluster, so that
             every running task holds as many keys as it can; see "Key order at production
             shapes" in the Spark guide).
+        balance_keys : bool
+            Place each key by its rows, not its hash, so the fullest partition (the job's
+            length) holds as few rows as it can: a job at this call counts every key's rows (at
+            most 100,000 distinct keys, else the hash, logged). A batch DataFrame only.
         blocked_capacity : int, optional
             Rows that may wait behind their keys per task, outside ``capacity``
             (``...async-lookup.blocked-capacity``, default 10,000, about 10 MB): a hot key never
@@ -223,14 +228,11 @@ class AsyncDataStream:
             retry=retry,
             batch_size=batch_size,
         )
-        if not assume_partitioned:
-            df = df.repartition(key_partitions(df.sparkSession, num_partitions), *columns)
-        sort_in_task = sort_by  # streaming: Spark rejects sortWithinPartitions
-        if sort_by and not df.isStreaming:
-            df, sort_in_task = df.sortWithinPartitions(*sort_by), None
+        sort_in_task = sort_by if df.isStreaming else None  # streaming: Spark rejects sortWithinPartitions
+        place = Placement(columns, num_partitions, balance_keys, assume_partitioned, sort_by)
         edge: dict[str, Any] = dict(output_schema=output_schema, join=join, error_column=error_column)
         edge.update(metrics=metrics, backlog=backlog, event_time=event_time, sort_in_task=sort_in_task)
-        return _wait(df, fn, spec, observe, **edge)
+        return _wait(df, fn, spec, observe, place=place, **edge)
 
     @staticmethod
     def key_ordered_stream(
@@ -334,9 +336,13 @@ def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
 
 
 def _wait(df: DataFrame, fn: Any, spec: WaitSpec, observe: str | None, **edge: Any) -> DataFrame:
+    """The wait's DataFrame; ``edge["place"]``, a :class:`Placement`, arranges ``df`` first."""
     if observe is not None and (not isinstance(observe, str) or not observe):
         raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
+    place: Placement | None = edge.pop("place", None)
     plan, out, results = make_plan(df, fn, spec, **edge)
+    if place is not None:  # after every option is checked: balancing runs a job
+        df = place(df)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
     metrics = edge.get("metrics")
     if metrics is not None and metrics.observed:

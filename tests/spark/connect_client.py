@@ -30,6 +30,8 @@ def waits(spark: Any, url: str, *_: str) -> None:
     assert (m["records"], m["rows_out"], m["lookups"]) == (300, 300, 300), m
     for wait in (AsyncDataStream.ordered_wait, AsyncDataStream.unordered_wait):
         assert wait(df, users(url)).count() == 300
+    balanced = AsyncDataStream.key_ordered_wait(df, users(url), "order_id", order_by="seq", balance_keys=True)
+    assert sorted((r.seq, r.name) for r in balanced.collect()) == [(i, f"user-{i % 40}") for i in range(300)]
     try:
         AsyncWaitMetrics(spark, via="accumulators")
     except ConfigError as exc:

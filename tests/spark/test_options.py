@@ -62,6 +62,9 @@ def df(spark: Any) -> Any:
         ({"backlog": "sometimes"}, r"backlog='sometimes'"),
         ({"order_by": "nope"}, r"order_by='nope'.*missing: \['nope'\]"),
         ({"blocked_capacity": -1}, r"blocked_capacity=-1 .*an integer >= 0"),
+        ({"balance_keys": "yes"}, r"balance_keys='yes' .*True or False"),
+        ({"balance_keys": True, "assume_partitioned": True}, r"balance_keys=True .*assume_partitioned=True"),
+        ({"balance_keys": True, "event_time": "nope"}, r"event_time='nope'"),  # before its counting job
     ],
 )
 def test_a_bad_option_fails_at_the_call_before_any_job(df: Any, options: dict, match: str) -> None:

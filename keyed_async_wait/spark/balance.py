@@ -1,0 +1,148 @@
+"""Keys spread over a key-ordered wait's partitions by their rows, not by their hash.
+
+A key-ordered job lasts as long as its fullest partition, and Spark's hash spreads keys
+unevenly: 2,000 keys over two partitions put 52.5% of the rows in one, and the fewer keys a
+partition gets the wider the spread (31 keys a partition over 64: the fullest about 1.4x the
+mean). :func:`balanced` counts every key's rows (one more pass over the input), gives each key,
+heaviest first, to the partition with the fewest rows so far (greedy LPT: the fullest partition
+is within 4/3 of the best split), and repartitions by that assignment.
+
+Invariant: every row of a key goes to one partition, whatever the input holds by the time the
+wait runs it. A key is placed by its assignment, or, when the count did not see it (a source
+that changed in between) or its key is NULL, by a hash of the key; both are functions of the
+key alone. With more than :data:`MAX_KEYS` distinct keys nothing is collected and the keys are
+hashed as without balancing (logged): that many keys spread evenly by hash, unless a few are hot.
+
+:class:`Placement` is what a key-ordered wait does to its input before its tasks: by the key
+(hash or rows), then sorted within each partition; checked when made, applied after every other
+option of the call is checked, since balancing runs a job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from ..core.exceptions import ConfigError
+from .session import key_partitions
+
+__all__ = ["MAX_KEYS", "Placement", "assign", "balanced", "key_placement", "partition_labels", "placed_by"]
+
+log = logging.getLogger(__name__)
+
+MAX_KEYS = 100_000  # distinct keys the driver collects and assigns; past it: Spark's hash
+_LABEL = "_kaw_partition"
+# label candidates per partition searched: a partition without one among 64 * n values has
+# odds of about e**-64
+_CANDIDATES = 64
+
+
+def assign(rows: Sequence[int], partitions: int) -> list[int]:
+    """The partition of each key, given its rows: heaviest first, each to the partition with
+    the fewest rows so far (ties: the lowest partition)."""
+    loads = [(0, p) for p in range(partitions)]
+    placed = [0] * len(rows)
+    for i in sorted(range(len(rows)), key=lambda i: -rows[i]):
+        load, p = heapq.heappop(loads)
+        placed[i] = p
+        heapq.heappush(loads, (load + rows[i], p))
+    return placed
+
+
+_LABELS: dict[int, list[int]] = {}  # partitions -> labels: Spark's hash and its seed are fixed
+
+
+def partition_labels(df: DataFrame, partitions: int) -> list[int]:
+    """For each partition ``p``, a long whose Spark hash sends a ``repartition`` into ``p``
+    (Spark's hash partitioning is ``pmod(hash(value), n)``, the hash of ``F.hash``); asked of
+    Spark once per partition count in this process."""
+    if partitions not in _LABELS:
+        _LABELS[partitions] = _labels(df, partitions)
+    return _LABELS[partitions]
+
+
+def _labels(df: DataFrame, partitions: int) -> list[int]:
+    candidates = df.sparkSession.range(0, _CANDIDATES * partitions)
+    found = (
+        candidates.select(F.pmod(F.hash("id"), F.lit(partitions)).alias("p"), "id")
+        .groupBy("p")
+        .agg(F.min("id").alias("id"))
+        .collect()
+    )
+    labels = {int(row.p): int(row.id) for row in found}
+    missing = [p for p in range(partitions) if p not in labels]
+    if missing:  # pragma: no cover - e**-64
+        raise RuntimeError(f"no label hashes into partitions {missing} of {partitions}")
+    return [labels[p] for p in range(partitions)]
+
+
+def balanced(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
+    """``df`` in ``partitions`` partitions by ``columns``, each key placed by its rows (see the
+    module); its columns as they were."""
+    mapping = key_placement(df, columns, partitions)
+    if mapping is None:
+        return df.repartition(partitions, *columns)
+    return placed_by(df, columns, partitions, mapping)
+
+
+def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFrame | None:
+    """Each key of ``df`` with the label of its partition (a small DataFrame, to broadcast);
+    None past :data:`MAX_KEYS` distinct keys (logged)."""
+    counted = df.groupBy(*columns).count().limit(MAX_KEYS + 1).collect()
+    if len(counted) > MAX_KEYS:
+        log.warning(
+            "key_ordered_wait(balance_keys=True): over %d distinct keys; spread by their hash instead",
+            MAX_KEYS,
+        )
+        return None
+    placed = assign([int(row["count"]) for row in counted], partitions)
+    labels = partition_labels(df, partitions)
+    fields = [*df.select(*columns).schema.fields, StructField(_LABEL, LongType(), False)]
+    return df.sparkSession.createDataFrame(
+        [(*(row[c] for c in columns), labels[p]) for row, p in zip(counted, placed, strict=True)],
+        StructType(fields),
+    )
+
+
+def placed_by(df: DataFrame, columns: list[str], partitions: int, mapping: DataFrame) -> DataFrame:
+    """``df`` repartitioned by ``mapping``'s labels; a key it lacks (or a NULL key, which no
+    equality matches) by a hash of the key."""
+    by_key = F.coalesce(F.col(_LABEL), F.hash(*columns).cast("long"))
+    joined = df.join(F.broadcast(mapping), on=columns, how="left").select(*df.columns, _LABEL)
+    return joined.repartition(partitions, by_key).drop(_LABEL)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a key-ordered wait's rows go before its tasks: by the key (its hash, or with
+    ``balance`` its rows), unless ``assumed`` already; then sorted by ``sort_by`` within each
+    partition (a batch DataFrame: a stream's tasks sort)."""
+
+    columns: list[str]
+    num_partitions: int | None
+    balance: Any
+    assumed: bool
+    sort_by: list[str] | None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.balance, bool):
+            raise ConfigError("balance_keys", self.balance, "True or False")
+        if self.balance and self.assumed:
+            raise ConfigError("balance_keys", self.balance, "False with assume_partitioned=True")
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        if self.balance and df.isStreaming:
+            allowed = "False for a streaming DataFrame (balancing counts the input first)"
+            raise ConfigError("balance_keys", self.balance, allowed)
+        if not self.assumed:
+            partitions = key_partitions(df.sparkSession, self.num_partitions)
+            spread = balanced(df, self.columns, partitions) if self.balance else None
+            df = spread if spread is not None else df.repartition(partitions, *self.columns)
+        return df.sortWithinPartitions(*self.sort_by) if self.sort_by and not df.isStreaming else df
