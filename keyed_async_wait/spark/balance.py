@@ -95,7 +95,10 @@ def balanced(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
 def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFrame | None:
     """Each key of ``df`` with the label of its partition (a small DataFrame, to broadcast);
     None past :data:`MAX_KEYS` distinct keys (logged)."""
-    counted = df.groupBy(*columns).count().limit(MAX_KEYS + 1).collect()
+    # counted in as many tasks as the wait's partitions (the shuffle partitions, 200 by
+    # default, cost more than the count here)
+    keyed = df.repartition(partitions, *columns)
+    counted = keyed.groupBy(*columns).count().limit(MAX_KEYS + 1).collect()
     if len(counted) > MAX_KEYS:
         log.warning(
             "key_ordered_wait(balance_keys=True): over %d distinct keys; spread by their hash instead",
