@@ -1,11 +1,13 @@
 """Keys placed by their hash or by their rows (``balance_keys=True``), side by side in one run.
 
-    ./run bench balance [--slots S] [--keys K] [--rows N] [--rounds R]
+    ./run bench balance [--slots S] [--keys K] [--rows N] [--rounds R] [--conf KEY=VALUE ...]
 
 ``key_ordered_wait`` over an ``async def`` that sleeps 100 ms (so the two cores are not the
 limit even with many task slots), N rows (100,000) over K keys (2,000), ``local[S]`` (8 task
 slots by default, so a partition per slot gets few keys), capacity 200 per task, the input
-cached. Printed: the share of the rows in the fullest partition by hash, the floor (the rows
+cached, the benchmarks' session (no adaptive execution; ``--conf
+spark.sql.shuffle.partitions=200 --conf spark.sql.adaptive.enabled=true`` gives Spark's
+defaults). Printed: the share of the rows in the fullest partition by hash, the floor (the rows
 over every slot's capacity, 100 ms each), and per round, alternated, each placement's whole
 time (its call included: balancing counts the keys there) and rows/s; the first round warms
 the Python workers up and is left out of the medians.
@@ -24,12 +26,10 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession
-
 from keyed_async_wait import AsyncDataStream
 
 sys.path.insert(0, os.path.dirname(__file__))
-from spark_throughput import calibration, largest_share
+from spark_throughput import calibration, largest_share, local_spark
 
 DELAY = 0.1
 CAPACITY = 200
@@ -48,16 +48,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=2_000)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=4, help="alternated rounds, the first a warm-up")
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE: a Spark setting")
     args = parser.parse_args()
     print(f"calibration: {calibration():.2f} CPU s (the machine's speed now; lower is faster)")
-    spark = (
-        SparkSession.builder.master(f"local[{args.slots}]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
+    conf = dict(c.split("=", 1) for c in args.conf)
+    spark = local_spark(conf, master=f"local[{args.slots}]")
     n = args.rows
     source = spark.range(n).selectExpr("id AS seq", f"id % {args.keys} AS order_id").cache()
     source.count()

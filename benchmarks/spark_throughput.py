@@ -85,11 +85,11 @@ def calibration(loops: int = 5_000_000) -> float:
     return time.process_time() - started
 
 
-def local_spark(conf: dict[str, str] | None = None) -> SparkSession:
+def local_spark(conf: dict[str, str] | None = None, master: str = "local[2]") -> SparkSession:
     """The benchmarks' session: local[2], two shuffle partitions, no adaptive coalescing
-    (and ``conf``)."""
+    (and ``conf``, which wins)."""
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -155,6 +155,9 @@ def source(spark: SparkSession, n: int) -> DataFrame:
         (F.col("id") % KEYS).alias("order_id"),
         (F.col("id") % KEYS).alias("user_id"),
     )
+
+
+KEY_PARTITIONS = 2  # the key-ordered jobs' partitions: one per task slot of local[2]
 
 
 def largest_share(df: DataFrame, key: str, partitions: int) -> float:
@@ -347,7 +350,7 @@ def main() -> None:
 
         schema = "seq long, order_id long, user_id long, name string"
         key_ordered = lambda m=n: AsyncDataStream.key_ordered_wait(  # noqa: E731
-            source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=2, **options
+            source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=KEY_PARTITIONS, **options
         )
         if pyspark_version() >= (4, 0):  # sql_ext needs 4.0
             sql_ext.install(spark, {"users": lookup})
@@ -376,7 +379,7 @@ def main() -> None:
                 lookup,
                 key="order_id",
                 order_by="seq",
-                num_partitions=2,
+                num_partitions=KEY_PARTITIONS,
                 balance_keys=True,
                 **options,
             ),
@@ -441,10 +444,11 @@ def main() -> None:
             for label, rate in results.items():
                 if not label.startswith(("(a)", "key_ordered_wait, Redis", "wrk")):
                     print(f"  {label:<48} {rate / limit:5.2f} / {rate / half:5.2f}")
-            share = largest_share(source(spark, n), "order_id", 2)
+            share = largest_share(source(spark, n), "order_id", KEY_PARTITIONS)
             print(
-                f"  key_ordered_wait's fullest task holds {share:.1%} of the rows (its keys' split over 2 "
-                f"tasks): at the same rate per task as an even split it makes {0.5 / share:.2f}x of that"
+                f"  key_ordered_wait's fullest task holds {share:.1%} of the rows (its keys' split over "
+                f"{KEY_PARTITIONS} tasks): at the same rate per task as an even split it makes "
+                f"{1 / KEY_PARTITIONS / share:.2f}x of that"
             )
 
     with redis_url_or_embedded() as redis_url:
@@ -464,7 +468,7 @@ def main() -> None:
                     source(spark, redis_n),
                     prices,
                     key="order_id",
-                    num_partitions=2,
+                    num_partitions=KEY_PARTITIONS,
                     capacity=5000,
                     batch_size=500,
                     timeout=10.0,

@@ -88,8 +88,13 @@ def balanced(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
     module); its columns as they were."""
     mapping = key_placement(df, columns, partitions)
     if mapping is None:
-        return df.repartition(partitions, *columns)
+        return _hashed(df, columns, partitions)
     return placed_by(df, columns, partitions, mapping)
+
+
+def _hashed(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
+    """``df`` in ``partitions`` partitions by the hash of ``columns`` (Spark's own placement)."""
+    return df.repartition(partitions, *columns)
 
 
 def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFrame | None:
@@ -146,6 +151,6 @@ class Placement:
             raise ConfigError("balance_keys", self.balance, allowed)
         if not self.assumed:
             partitions = key_partitions(df.sparkSession, self.num_partitions)
-            spread = balanced(df, self.columns, partitions) if self.balance else None
-            df = spread if spread is not None else df.repartition(partitions, *self.columns)
+            place = balanced if self.balance else _hashed
+            df = place(df, self.columns, partitions)
         return df.sortWithinPartitions(*self.sort_by) if self.sort_by and not df.isStreaming else df

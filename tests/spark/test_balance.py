@@ -41,7 +41,7 @@ def _shares(df: Any) -> list[float]:
     return sorted(n / sum(counts) for n in counts)
 
 
-def _partitions_of_keys(df: Any) -> dict[int, set[int]]:
+def _partitions_of_keys(df: Any) -> dict[Any, set[int]]:
     """Per key, the partitions its rows are in."""
     seen: dict[int, set[int]] = defaultdict(set)
     for row in df.select("order_id", F.spark_partition_id().alias("p")).distinct().collect():
@@ -69,9 +69,7 @@ def test_a_key_the_count_did_not_see_and_a_null_key_each_stay_in_one_partition(s
     more = spark.createDataFrame(rows, "seq long, order_id long")
     spread = placed_by(more, ["order_id"], 3, mapping)
     assert spread.columns == more.columns
-    seen: dict[Any, set[int]] = defaultdict(set)
-    for row in spread.select("order_id", F.spark_partition_id().alias("p")).collect():
-        seen[row.order_id].add(row.p)
+    seen = _partitions_of_keys(spread)
     assert set(seen) == {*range(20), None}
     assert all(len(parts) == 1 for parts in seen.values())
     assert sorted(spread.collect()) == sorted(more.collect())
