@@ -17,7 +17,10 @@ micro-batch size, in one run:
   one that warms the Python workers up);
 - a plain stream: the same source into ``foreachBatch`` writing the rows to ``noop`` (Spark's
   own cost per micro-batch);
-- ``key_ordered_stream`` with nothing parked (the common case).
+- ``key_ordered_stream`` with nothing parked (the common case);
+- the same over a source whose files hold each micro-batch's rows already split by Spark's
+  hash of the key (one file a task slot, read together), with ``assume_partitioned=True``:
+  no shuffle before the lookups (as a Kafka topic partitioned by the key can run).
 
 For the streams: sustained rows/s and the median seconds per micro-batch (Spark's
 ``triggerExecution``: planning, the micro-batch, its commit), over every micro-batch after the
@@ -191,11 +194,24 @@ class CpuSplit:
 # ---------------------------------------------------------------------- the jobs
 
 
-def write_source(spark: SparkSession, folder: Path, rows: int, per_batch: int) -> None:
-    """``rows`` rows in files of ``per_batch`` rows each, in arrival order."""
+def write_source(spark: SparkSession, folder: Path, rows: int, per_batch: int, by_key: int = 0) -> None:
+    """``rows`` rows in files of ``per_batch`` rows each, in arrival order; with ``by_key``,
+    each micro-batch's rows in that many files instead, one per partition of Spark's hash of the
+    key (the split a shuffle by key makes), older micro-batches' files older."""
     files = max(1, rows // per_batch)
     df = spark.range(files * per_batch, numPartitions=1).selectExpr("id AS seq", f"id % {KEYS} AS order_id")
-    df.write.option("maxRecordsPerFile", per_batch).parquet(str(folder))
+    if not by_key:
+        df.write.option("maxRecordsPerFile", per_batch).parquet(str(folder))
+        return
+    folder.mkdir(parents=True)
+    for i in range(files):
+        staging = folder.parent / f"staging-{i}"
+        rows_of_batch = df.where(f"seq >= {i * per_batch} AND seq < {(i + 1) * per_batch}")
+        rows_of_batch.repartition(by_key, "order_id").sortWithinPartitions("seq").write.parquet(str(staging))
+        for j, path in enumerate(sorted(staging.glob("part-*.parquet"))):
+            target = folder / f"{i:05d}-{j}.parquet"
+            path.rename(target)
+            os.utime(target, (1e9 + i, 1e9 + i))  # the source reads the oldest files first
 
 
 def batch_job(spark: SparkSession, folder: Path, capacity: int, rounds: int) -> float:
@@ -215,8 +231,8 @@ def batch_job(spark: SparkSession, folder: Path, capacity: int, rounds: int) -> 
     return statistics.median(rates[1:])
 
 
-def _stream_source(spark: SparkSession, folder: Path) -> DataFrame:
-    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+def _stream_source(spark: SparkSession, folder: Path, files: int = 1) -> DataFrame:
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files).parquet(str(folder))
 
 
 def _figures(progress: list[dict[str, Any]], split: CpuSplit, sink: Sink) -> dict[str, Any]:
@@ -254,18 +270,23 @@ def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any
     return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
 
 
-def keyed_stream(spark: SparkSession, folder: Path, work: Path, capacity: int) -> dict[str, Any]:
+def keyed_stream(
+    spark: SparkSession, folder: Path, work: Path, capacity: int, by_key: int = 0
+) -> dict[str, Any]:
+    """``key_ordered_stream``'s figures; ``by_key``: over a source written so (as many files
+    a micro-batch, each a partition), with ``assume_partitioned=True``."""
     split = CpuSplit(spark)
     sink = Sink(split)
     stream = AsyncDataStream.key_ordered_stream(
-        _stream_source(spark, folder),
+        _stream_source(spark, folder, by_key or 1),
         enrich,
         "order_id",
         order_by="seq",
         sink=sink,
-        checkpoint_location=str(work / "cp-keyed"),
+        checkpoint_location=str(work / ("cp-keyed-by-key" if by_key else "cp-keyed")),
         output_schema="v long",
         capacity=capacity,
+        assume_partitioned=bool(by_key),
     )
     query = stream.start(availableNow=True)
     query.awaitTermination()
@@ -451,11 +472,15 @@ def main() -> None:
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
             plain = plain_stream(spark, folder, work)
             keyed = keyed_stream(spark, folder, work, args.capacity)
+            slots = key_partitions(spark)
+            write_source(spark, work / "by-key", rows, per_batch, by_key=slots)
+            by_key = keyed_stream(spark, work / "by-key", work, args.capacity, by_key=slots)
             results[per_batch] = {
                 "batch_rows_per_s": round(batch),
                 "largest_partition_share": round(share, 4),
                 "plain": plain,
                 "keyed": keyed,
+                "keyed_assume_partitioned": by_key,
             }
             print(
                 f"{per_batch:,} rows a micro-batch: batch job {batch:,.0f} rows/s; plain stream "
@@ -467,6 +492,12 @@ def main() -> None:
                 f"{floor:.2f} s)"
             )
             print(_where_it_goes(keyed, per_batch, share, args.capacity, batch))
+            print(
+                f"  over a source partitioned by key, assume_partitioned=True: {by_key['rows_per_s']:,} "
+                f"rows/s ({by_key['rows_per_s'] / batch:.2f}x the batch job), "
+                f"{by_key['seconds_per_batch']:.2f} s a micro-batch (plain + "
+                f"{by_key['seconds_per_batch'] - plain['seconds_per_batch']:.2f} s)"
+            )
             for name in ("plain", "keyed"):
                 cpu = dict(results[per_batch][name]["cpu_per_batch"])
                 classes = cpu.pop("classes generated", 0.0)

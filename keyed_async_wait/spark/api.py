@@ -243,6 +243,7 @@ class AsyncDataStream:
         sink: Callable[[DataFrame, int], None],
         checkpoint_location: str,
         order_by: str | Sequence[str] | None = None,
+        assume_partitioned: bool = False,
         time_cap: float | None = None,
         on_error: Literal["fail", "emit", "defer"] = "fail",
         defer: DeferPolicy | None = None,
@@ -274,6 +275,11 @@ class AsyncDataStream:
             Writes a micro-batch's output; make it idempotent per batch id.
         checkpoint_location : str
             The query's checkpoint; parked state lives in its ``async_state/``.
+        assume_partitioned : bool
+            Each micro-batch's rows of a key are all in one partition already (a Kafka topic
+            its producers partition by this key, read without ``minPartitions``): a micro-batch
+            with nothing parked runs its lookups where its rows are, without a shuffle. Parked
+            rows, and new rows of parked keys, still go by the key's hash.
         time_cap : float, optional
             Seconds a task may start work per micro-batch; what has not finished then is
             parked, with every later row of its key.
@@ -305,16 +311,20 @@ class AsyncDataStream:
             or a step journal without a chain.
         """
         _no_unknown("key_ordered_stream", unknown)
-        operator = dict(timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size)
-        operator.update(blocked_capacity=blocked_capacity)
-        edge = dict(output_schema=output_schema, join=join, error_column=error_column, metrics=metrics)
-        state: dict[str, Any] = dict(
-            time_cap=time_cap, on_error=on_error, defer=defer, max_defer_age=max_defer_age
-        )
-        state.update(heartbeat=heartbeat, keep_versions=keep_versions, replay_rows=replay_rows)
-        state.update(state_window=state_window, num_partitions=num_partitions, step_journal=step_journal)
-        stream = (sink, checkpoint_location, order_by)
-        return _key_ordered_stream(df, fn, key, stream, state, operator, edge)
+        given = locals()
+        operator, edge, state = ({name: given[name] for name in group} for group in _STREAM_OPTIONS)
+        return _key_ordered_stream(df, fn, key, (sink, checkpoint_location, order_by), state, operator, edge)
+
+
+# key_ordered_stream's options, in the groups its builder takes them
+_STREAM_OPTIONS = (
+    ("timeout", "capacity", "retry", "batch_size", "blocked_capacity"),  # the operator's
+    ("output_schema", "join", "error_column", "metrics"),  # the output's
+    (  # the stream's and its parked state's
+        *("time_cap", "on_error", "defer", "max_defer_age", "heartbeat", "keep_versions"),
+        *("replay_rows", "state_window", "num_partitions", "step_journal", "assume_partitioned"),
+    ),
+)
 
 
 def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
@@ -388,6 +398,8 @@ def _key_ordered_stream(
     check_positive_int("keep_versions", state["keep_versions"])
     check_positive_int("replay_rows", state["replay_rows"], optional=True)
     check_positive_int("state_window", state["state_window"])
+    if not isinstance(state["assume_partitioned"], bool):
+        raise ConfigError("assume_partitioned", state["assume_partitioned"], "True or False")
     _check_state_types(df.schema)
     if on_error != "fail" and edge["error_column"] is None:
         edge = {**edge, "error_column": "_error"}  # failed or too long deferred rows: with their cause
@@ -417,6 +429,7 @@ def _key_ordered_stream(
         keep_versions=state["keep_versions"],
         replay_rows=state["replay_rows"],
         state_window=state["state_window"],
+        assume_partitioned=state["assume_partitioned"],
     )
 
 

@@ -140,6 +140,8 @@ class Placement:
     sort_by: list[str] | None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.assumed, bool):
+            raise ConfigError("assume_partitioned", self.assumed, "True or False")
         if not isinstance(self.balance, bool):
             raise ConfigError("balance_keys", self.balance, "True or False")
         if self.balance and self.assumed:

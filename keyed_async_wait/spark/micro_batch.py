@@ -11,7 +11,9 @@ Micro-batch ``n``:
    budget; every other parked key is *carried*: its rows stay where they are, and new rows of
    it are appended to the state as they are, without going to Python;
 3. runs the replayed rows, then the other new rows, per partition (``mapInArrow``), with the
-   time cap and the error policy; rows that do not finish come out parked;
+   time cap and the error policy; rows that do not finish come out parked (the rows are
+   repartitioned by the key first, unless nothing is parked and the stream was told the
+   source's partitions hold each key whole, ``assume_partitioned``);
 4. hands the finished rows to ``sink(df, batch_id)`` and writes version ``n``: a segment with
    the rows parked by this micro-batch (and those of segments leaving the window), the keys it
    took out of older segments, and its manifest, last;
@@ -136,6 +138,7 @@ class MicroBatch:
     heartbeat: bool
     replay_rows: int | None  # None: as many as 4x what got out last time, at least 10,000
     publish: bool = False  # write each report under the checkpoint (for a Spark Connect client)
+    assume_partitioned: bool = False  # the source holds each key's rows in one partition
     run_id: str = ""
     _store: ParkedStore | None = field(default=None, init=False, repr=False)  # made at the first call
     _last_out: int = field(default=0, init=False)
@@ -222,10 +225,12 @@ class MicroBatch:
     def _ordered(self, both: DataFrame, n: int, *, only_new: bool) -> DataFrame:
         """``both`` by key in ``n`` partitions, each sorted as the task reads it: parked rows
         first, in their order, then new rows (``only_new``: no parked row, and no join has
-        reordered the new ones; ordered by ``order_by`` alone, or left in arrival order)."""
-        keyed = both.repartition(n, *self.key_columns)
+        reordered the new ones; ordered by ``order_by`` alone, or left in arrival order, and
+        with ``assume_partitioned`` left in the source's partitions: no shuffle)."""
         if only_new:
+            keyed = both if self.assume_partitioned else both.repartition(n, *self.key_columns)
             return keyed.sortWithinPartitions(*self.order_by) if self.order_by else keyed
+        keyed = both.repartition(n, *self.key_columns)
         origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
         return keyed.sortWithinPartitions(origin, _state().seg, _state().order, *self.order_by)
 

@@ -10,7 +10,9 @@ does, step by step, is said there). A re-run of micro-batch ``n`` (after a crash
 ``n - 1`` again and overwrites its own, so with an idempotent sink (one that overwrites per batch
 id) every row reaches the sink once. No partitioning is stored: every micro-batch repartitions
 the rows it runs by the key, so a restart with another ``spark.sql.shuffle.partitions``, other
-executors or another source partitioning keeps each key whole and in order.
+executors or another source partitioning keeps each key whole and in order. (With
+``assume_partitioned`` a micro-batch with nothing parked runs its new rows where the source put
+them: the user says each key's rows are in one partition.)
 
 This module is the client's side. On a classic session ``foreachBatch`` calls the micro-batch in
 this process, and its reports (and the error a micro-batch fails with) arrive here directly. On
@@ -71,6 +73,7 @@ class KeyedStream:
         keep_versions: int,
         replay_rows: int | None,
         state_window: int = DEFAULT_WINDOW,
+        assume_partitioned: bool = False,
     ) -> None:
         spark = df.sparkSession
         self._checkpoint = checkpoint_location.rstrip("/")
@@ -93,6 +96,7 @@ class KeyedStream:
             heartbeat is not None,
             replay_rows,
             publish=self._connect,
+            assume_partitioned=assume_partitioned,
         )
         self._source = _with_heartbeat(df, heartbeat) if heartbeat else df
         self._heartbeat = heartbeat

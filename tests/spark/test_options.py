@@ -63,6 +63,7 @@ def df(spark: Any) -> Any:
         ({"order_by": "nope"}, r"order_by='nope'.*missing: \['nope'\]"),
         ({"blocked_capacity": -1}, r"blocked_capacity=-1 .*an integer >= 0"),
         ({"balance_keys": "yes"}, r"balance_keys='yes' .*True or False"),
+        ({"assume_partitioned": 1}, r"assume_partitioned=1 .*True or False"),
         ({"balance_keys": True, "assume_partitioned": True}, r"balance_keys=True .*assume_partitioned=True"),
         ({"balance_keys": True, "event_time": "nope"}, r"event_time='nope'"),  # before its counting job
     ],

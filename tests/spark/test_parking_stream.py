@@ -278,6 +278,10 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", max_defer_age=5, **common)
     with pytest.raises(ConfigError, match="missing"):
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "nope", **common)
+    with pytest.raises(ConfigError, match=r"assume_partitioned='yes' .*True or False"):
+        AsyncDataStream.key_ordered_stream(
+            stream, logged_users(url), "order_id", assume_partitioned="yes", **common
+        )
 
 
 def test_the_sink_plans_with_the_users_code_generation_setting(
@@ -305,3 +309,47 @@ def test_the_sink_plans_with_the_users_code_generation_setting(
     assert seen and set(seen) == {"true"}
     assert spark.conf.get(key) == "true"
     assert sorted(r.seq for r in sink.rows()) == list(range(40))
+
+
+def test_a_source_partitioned_by_key_runs_where_it_is_and_parked_rows_still_go_by_key(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    """``assume_partitioned``: a micro-batch with nothing parked runs its rows in the source's
+    partitions (no shuffle before the lookups); one that replays parked rows repartitions them
+    by key as always. Every row once, per key in order, never two calls of a key at once."""
+    url, state = service
+    state.latency, state.record_calls = 0.2, True
+    rows = [(seq, seq % 8, seq % 8) for seq in range(40)]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for parity in (0, 1):  # one file per partition, each with the keys of one parity
+        with open(folder / f"part-{parity}.json", "w") as out:
+            for seq, order_id, user_id in rows:
+                if order_id % 2 == parity:
+                    out.write(json.dumps({"seq": seq, "order_id": order_id, "user_id": user_id}) + "\n")
+    sink, shuffled = Sink(), {}
+
+    def recording(df: Any, batch_id: int) -> None:
+        shuffled[batch_id] = "Exchange" in df._jdf.queryExecution().executedPlan().toString()
+        sink(df, batch_id)
+
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(folder)),
+        logged_users(url),
+        "order_id",
+        order_by="seq",
+        sink=recording,
+        checkpoint_location=str(tmp_path / "cp"),
+        assume_partitioned=True,
+        time_cap=0.05,  # a quarter of a lookup: rows park and are replayed
+        heartbeat=1,
+        timeout=10.0,
+    )
+    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, "0.2 seconds", 150)
+    first = min(r.batch_id for r in stream.reports if r.rows_in)
+    assert shuffled[first] is False  # nothing parked yet: the rows stayed where they were
+    replaying = [r.batch_id for r in stream.reports if r.replayed]
+    assert replaying and all(shuffled[b] for b in replaying)
+    assert sorted(r.seq for r in sink.rows()) == list(range(40))
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
+    assert calls_keep_key_order(state.calls)
