@@ -35,7 +35,7 @@ from .redis_errors import said
 from .redis_packing import hiredis_packing
 from .secrets import redact_url
 
-__all__ = ["RedisClient", "RedisConnection"]
+__all__ = ["BlockingCluster", "RedisClient", "RedisConnection"]
 
 SCHEMES = ("redis", "rediss", "unix", "redis-sentinel", "rediss-sentinel")
 URL_OPTIONS = ("db",)  # what a URL's query may say; everything else is an option of the connection
@@ -295,7 +295,7 @@ class RedisConnection:
         if self.cluster is not False and not self.url.lower().startswith("unix://"):
             if self.cluster:
                 options.pop("db", None)
-                return redis.RedisCluster.from_url(self.url, **options)
+                return BlockingCluster.from_url(self.url, **options)
             client = redis.Redis.from_url(self.url, **options)
             try:
                 enabled = _mode_is_cluster(client.execute_command("HELLO"))
@@ -308,9 +308,25 @@ class RedisConnection:
             if enabled:
                 client.close()
                 options.pop("db", None)
-                return redis.RedisCluster.from_url(self.url, **options)
+                return BlockingCluster.from_url(self.url, **options)
             return client
         return redis.Redis.from_url(self.url, **options)
+
+
+class BlockingCluster(redis.RedisCluster):
+    """redis-py's blocking cluster client, whose :meth:`close` also closes the connections its
+    nodes opened: redis-py's closes each node's client but not the node's connection pool (it
+    was handed one), so their sockets stayed open until collected."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            manager = getattr(self, "nodes_manager", None)  # None: __init__ failed before it
+            held = [] if manager is None else [manager.nodes_cache, manager.startup_nodes]
+            for node in [node for nodes in held for node in nodes.values()]:
+                if node.redis_connection is not None:
+                    node.redis_connection.connection_pool.disconnect()
 
 
 class _WithSentinels(aioredis.Redis):

@@ -24,6 +24,7 @@ import trustme
 
 from keyed_async_wait.app.embedded import redis_process, redis_server_binary
 from keyed_async_wait.app.service import free_port
+from lookup.redis_connect import BlockingCluster
 
 from .processes import run_bounded
 
@@ -90,7 +91,7 @@ class Cluster:
         return f"redis://127.0.0.1:{self.ports[i]}"
 
     def client(self) -> redis.RedisCluster:
-        return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
+        return BlockingCluster(host="127.0.0.1", port=self.ports[0])
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port)

@@ -146,6 +146,9 @@ class Placement:
             raise ConfigError("balance_keys", self.balance, "True or False")
         if self.balance and self.assumed:
             raise ConfigError("balance_keys", self.balance, "False with assume_partitioned=True")
+        if self.assumed and self.num_partitions is not None:
+            allowed = "None with assume_partitioned=True (the DataFrame's own partitions run)"
+            raise ConfigError("num_partitions", self.num_partitions, allowed)
 
     def __call__(self, df: DataFrame) -> DataFrame:
         if self.balance and df.isStreaming:

@@ -172,6 +172,33 @@ def test_a_cluster_holds_the_job_wide_rate_and_the_step_journal(cluster: Cluster
     assert journal.resumed == 20 and all((PROGRESS_FIELD in row) == (row["id"] < 20) for row in rows)
 
 
+def _clients(cluster: Cluster) -> set[tuple[int, str]]:
+    """(master's port, client address) of every connection the masters hold but the asker's."""
+    out = set()
+    for port in cluster.ports[: cluster.masters]:
+        node = cluster.node(port)
+        try:
+            out |= {(port, c["addr"]) for c in node.client_list() if c["cmd"] != "client|list"}
+        finally:
+            node.close()
+    return out
+
+
+def test_a_blocking_cluster_client_closes_its_nodes_connections(cluster: Cluster) -> None:
+    """The blocking client (the step journal's, on the intake) closes every connection its
+    nodes opened: redis-py's own leaves them open until collected."""
+    before = _clients(cluster)
+    client = RedisConnection(cluster.url(1), cluster=True).sync_client()
+    try:
+        for i in range(30):  # keys in every master's slots
+            client.get(f"k{i}")
+        opened = _clients(cluster) - before
+        assert {port for port, _ in opened} == set(cluster.ports[: cluster.masters])
+    finally:
+        client.close()
+    wait_until(lambda: not (_clients(cluster) & opened), "the connections closed", seconds=10.0)
+
+
 def _node_ids(cluster: Cluster) -> dict[int, tuple[str, str | None]]:
     """Per port: the node's id and, for a replica, its master's id (as the node itself says)."""
     out = {}

@@ -87,7 +87,8 @@ def failing_sink(df: Any, batch_id: int) -> None:
 
 def stream(spark: Any, url: str, work: str) -> None:
     """key_ordered_stream with deferrals (the test makes the service answer 503 to the first
-    calls): parked rows drain on the heartbeat, reports reach the client, a failure is raised."""
+    calls): parked rows drain on the heartbeat, reports reach the client, a failure is raised.
+    Each file holds its keys' rows whole, so ``assume_partitioned`` holds."""
     import json
     import os
 
@@ -96,8 +97,9 @@ def stream(spark: Any, url: str, work: str) -> None:
     os.makedirs(f"{work}/in")
     for part in range(3):
         with open(f"{work}/in/{part}.json", "w") as out:
-            for seq in range(part * 40, part * 40 + 40):
-                out.write(json.dumps({"seq": seq, "order_id": seq % 8, "user_id": seq % 13}) + "\n")
+            for seq in range(120):
+                if seq % 8 % 3 == part:
+                    out.write(json.dumps({"seq": seq, "order_id": seq % 8, "user_id": seq % 13}) + "\n")
     source = spark.readStream.schema("seq long, order_id long, user_id long").json(f"{work}/in")
     keyed = AsyncDataStream.key_ordered_stream(
         source,
@@ -106,6 +108,7 @@ def stream(spark: Any, url: str, work: str) -> None:
         order_by="seq",
         sink=WriteBatch(f"{work}/out"),
         checkpoint_location=f"{work}/cp",
+        assume_partitioned=True,
         on_error="defer",
         defer=DeferPolicy(delay=1.0, max_delay=2.0),
         retry=RetryStrategy.fixed_delay(1, 0.05),

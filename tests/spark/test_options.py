@@ -64,6 +64,7 @@ def df(spark: Any) -> Any:
         ({"blocked_capacity": -1}, r"blocked_capacity=-1 .*an integer >= 0"),
         ({"balance_keys": "yes"}, r"balance_keys='yes' .*True or False"),
         ({"assume_partitioned": 1}, r"assume_partitioned=1 .*True or False"),
+        ({"assume_partitioned": True, "num_partitions": 4}, r"num_partitions=4 .*None with assume_"),
         ({"balance_keys": True, "assume_partitioned": True}, r"balance_keys=True .*assume_partitioned=True"),
         ({"balance_keys": True, "event_time": "nope"}, r"event_time='nope'"),  # before its counting job
     ],
