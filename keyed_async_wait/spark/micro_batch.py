@@ -42,7 +42,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
-from .plan_values import at_most, one_row, without_stage_code
+from .plan_values import at_most, one_row, without_adaptive_stages, without_stage_code
 from .session import key_partitions
 from .state import ParkedStore, Part, StateError, Version, joined_by_key
 
@@ -172,8 +172,10 @@ class MicroBatch:
             both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
             counts = _task_counts(spark)
             parking = replace(self.parking, batch_id=batch_id, counts=counts)
-            ordered = self._ordered(both, n, only_new=replay.rows is None and behind is None)
-            enriched = self.build(ordered, parking).persist(StorageLevel.MEMORY_AND_DISK)
+            only_new = replay.rows is None and behind is None
+            ordered = self._ordered(both, n, only_new=only_new)
+            with without_adaptive_stages(spark) if only_new else contextlib.nullcontext():
+                enriched = self.build(ordered, parking).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
             rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task

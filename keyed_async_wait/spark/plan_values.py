@@ -24,9 +24,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-__all__ = ["at_most", "equal_to", "one_row", "without_stage_code"]
+__all__ = ["at_most", "equal_to", "one_row", "without_adaptive_stages", "without_stage_code"]
 
 WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 _DECIMAL = "decimal(38,6)"
 
@@ -67,12 +68,32 @@ def without_stage_code(spark: SparkSession) -> Iterator[None]:
     them again (560-600 classes a minute, the JIT a third of the driver's CPU). Expressions
     are still compiled (filters, projections, orderings: a class per expression, shared by
     every query). A persisted plan keeps the setting it was planned with."""
-    before = spark.conf.get(WHOLE_STAGE, None)
-    spark.conf.set(WHOLE_STAGE, "false")
+    with _set(spark, WHOLE_STAGE, "false"):
+        yield
+
+
+@contextmanager
+def without_adaptive_stages(spark: SparkSession) -> Iterator[None]:
+    """Plans made inside (a persisted one keeps it) run without adaptive execution; the
+    session's own setting is back outside.
+
+    For a micro-batch's lookups with nothing parked: a shuffle by the key into an explicit
+    number of partitions, a sort and the Python stage. Adaptive execution (Spark's default) can
+    change nothing there (it never coalesces an explicit partition count, and there is no
+    join), but runs the shuffle as a Spark job of its own and plans the rest after it: measured,
+    about 0.08 s a micro-batch of 2,500 rows."""
+    with _set(spark, ADAPTIVE, "false"):
+        yield
+
+
+@contextmanager
+def _set(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
     try:
         yield
     finally:
         if before is None:
-            spark.conf.unset(WHOLE_STAGE)
+            spark.conf.unset(key)
         else:
-            spark.conf.set(WHOLE_STAGE, before)
+            spark.conf.set(key, before)

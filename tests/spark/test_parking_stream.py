@@ -284,30 +284,46 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         )
 
 
-def test_the_sink_plans_with_the_users_code_generation_setting(
+def test_the_sink_plans_with_the_users_code_generation_and_adaptive_settings(
     spark: Any, service: Any, tmp_path: Path
 ) -> None:
-    """The state's own plans run without whole-stage code generation; the user's sink sees the
-    session's setting as the user left it, during every micro-batch and after the stream."""
+    """The state's own plans run without whole-stage code generation, and the lookups of a
+    micro-batch with nothing parked without adaptive execution (one Spark job, not one per
+    stage); one that replays parked rows plans its lookups adaptively, as the session says.
+    The user's sink sees the session's settings as the user left them, during every
+    micro-batch and after the stream."""
     url, state = service
     state.latency = 0.2
-    key = "spark.sql.codegen.wholeStage"
+    keys = {"spark.sql.codegen.wholeStage": "true", "spark.sql.adaptive.enabled": "true"}
     rows = [(seq, seq % 5, seq % 5) for seq in range(40)]
     write_updates(tmp_path / "in", rows, files=2)
-    seen: list[str] = []
+    seen: list[tuple[str, ...]] = []
+    adaptive: dict[int, bool] = {}
     sink = Sink()
 
     def recording(df: Any, batch_id: int) -> None:
-        seen.append(df.sparkSession.conf.get(key))
+        seen.append(tuple(df.sparkSession.conf.get(key) for key in keys))
+        adaptive[batch_id] = "AdaptiveSparkPlan" in df._jdf.queryExecution().executedPlan().toString()
         sink(df, batch_id)
 
-    spark.conf.set(key, "true")
-    # a time cap of a quarter of a lookup: rows park and are read back from the state
-    stream = updates_stream(spark, url, tmp_path, recording, time_cap=0.05, heartbeat=1, timeout=10.0)
-    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, "0.2 seconds", 150)
+    before = {key: spark.conf.get(key) for key in keys}
+    for key, value in keys.items():
+        spark.conf.set(key, value)
+    try:
+        # a time cap of a quarter of a lookup: rows park and are read back from the state
+        stream = updates_stream(spark, url, tmp_path, recording, time_cap=0.05, heartbeat=1, timeout=10.0)
+        run_until(
+            stream, lambda r: sum(x.rows_out for x in r) >= 40 and r[-1].parked == 0, "0.2 seconds", 150
+        )
+        assert [spark.conf.get(key) for key in keys] == ["true", "true"]
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
     assert any(r.replayed for r in stream.reports)  # the state's plans ran
-    assert seen and set(seen) == {"true"}
-    assert spark.conf.get(key) == "true"
+    assert seen and set(seen) == {("true", "true")}
+    first = min(r.batch_id for r in stream.reports if r.rows_in)
+    assert adaptive[first] is False  # nothing parked yet
+    assert all(adaptive[r.batch_id] for r in stream.reports if r.replayed)
     assert sorted(r.seq for r in sink.rows()) == list(range(40))
 
 
