@@ -349,8 +349,14 @@ def main() -> None:
                 pyflink_labels.append(label)
 
         schema = "seq long, order_id long, user_id long, name string"
-        key_ordered = lambda m=n: AsyncDataStream.key_ordered_wait(  # noqa: E731
-            source(spark, m), lookup, key="order_id", order_by="seq", num_partitions=KEY_PARTITIONS, **options
+        key_ordered = lambda m=n, **extra: AsyncDataStream.key_ordered_wait(  # noqa: E731
+            source(spark, m),
+            lookup,
+            key="order_id",
+            order_by="seq",
+            num_partitions=KEY_PARTITIONS,
+            **options,
+            **extra,
         )
         if pyspark_version() >= (4, 0):  # sql_ext needs 4.0
             sql_ext.install(spark, {"users": lookup})
@@ -374,15 +380,7 @@ def main() -> None:
             "unordered_wait": lambda m: AsyncDataStream.unordered_wait(source(spark, m), lookup, **options),
             "ordered_wait": lambda m: AsyncDataStream.ordered_wait(source(spark, m), lookup, **options),
             "key_ordered_wait": key_ordered,
-            "key_ordered_wait, balance_keys=True": lambda m: AsyncDataStream.key_ordered_wait(
-                source(spark, m),
-                lookup,
-                key="order_id",
-                order_by="seq",
-                num_partitions=KEY_PARTITIONS,
-                balance_keys=True,
-                **options,
-            ),
+            "key_ordered_wait, balance_keys=True": lambda m: key_ordered(m, balance_keys=True),
             "SQL scalar users(user_id)": sql_job(
                 "SELECT seq, order_id, user_id, users(user_id).name AS name FROM orders"
             ),

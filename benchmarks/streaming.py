@@ -467,12 +467,12 @@ def main() -> None:
             rows = max(args.rows, (WARM_UP + MEASURED) * per_batch)
             write_source(spark, folder, rows, per_batch)
             floor = per_batch / (2 * args.capacity) * DELAY
+            slots = key_partitions(spark)
             # the keys' split over the tasks (one per task slot): the fullest sets the floor
-            share = largest_share(spark.read.parquet(str(folder)), "order_id", key_partitions(spark))
+            share = largest_share(spark.read.parquet(str(folder)), "order_id", slots)
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
             plain = plain_stream(spark, folder, work)
             keyed = keyed_stream(spark, folder, work, args.capacity)
-            slots = key_partitions(spark)
             write_source(spark, work / "by-key", rows, per_batch, by_key=slots)
             by_key = keyed_stream(spark, work / "by-key", work, args.capacity, by_key=slots)
             results[per_batch] = {

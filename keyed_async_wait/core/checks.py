@@ -9,7 +9,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 
-__all__ = ["check_choice", "check_instance", "check_positive_int", "check_seconds"]
+__all__ = ["check_bool", "check_choice", "check_instance", "check_positive_int", "check_seconds"]
 
 
 def check_positive_int(name: str, value: Any, *, optional: bool = False) -> Any:
@@ -32,6 +32,13 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool = False, optional: 
         )
         raise ConfigError(name, value, allowed)
     return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is True or False (not another truthy or falsy value); else a ConfigError."""
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "True or False")
+    return value
 
 
 def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:

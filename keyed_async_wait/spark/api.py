@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ..core.backlog import BacklogPolicy
-from ..core.checks import check_positive_int, check_seconds
+from ..core.checks import check_bool, check_positive_int, check_seconds
 from ..core.elements import OutputMode
 from ..core.exceptions import ConfigError, UnknownSettingError
 from ..core.parking import DeferPolicy
@@ -398,8 +398,7 @@ def _key_ordered_stream(
     check_positive_int("keep_versions", state["keep_versions"])
     check_positive_int("replay_rows", state["replay_rows"], optional=True)
     check_positive_int("state_window", state["state_window"])
-    if not isinstance(state["assume_partitioned"], bool):
-        raise ConfigError("assume_partitioned", state["assume_partitioned"], "True or False")
+    check_bool("assume_partitioned", state["assume_partitioned"])
     _check_state_types(df.schema)
     if on_error != "fail" and edge["error_column"] is None:
         edge = {**edge, "error_column": "_error"}  # failed or too long deferred rows: with their cause

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from ..core.checks import check_bool
 from ..core.exceptions import ConfigError
 from .session import key_partitions
 
@@ -140,10 +141,8 @@ class Placement:
     sort_by: list[str] | None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.assumed, bool):
-            raise ConfigError("assume_partitioned", self.assumed, "True or False")
-        if not isinstance(self.balance, bool):
-            raise ConfigError("balance_keys", self.balance, "True or False")
+        check_bool("assume_partitioned", self.assumed)
+        check_bool("balance_keys", self.balance)
         if self.balance and self.assumed:
             raise ConfigError("balance_keys", self.balance, "False with assume_partitioned=True")
         if self.assumed and self.num_partitions is not None:
