@@ -279,7 +279,8 @@ class AsyncDataStream:
             Each micro-batch's rows of a key are all in one partition already (a Kafka topic
             its producers partition by this key, read without ``minPartitions``): a micro-batch
             with nothing parked runs its lookups where its rows are, without a shuffle. Parked
-            rows, and new rows of parked keys, still go by the key's hash.
+            rows, and new rows of parked keys, still go by the key's hash. Checked after each
+            such micro-batch: a key in two partitions fails it, naming the key, uncommitted.
         time_cap : float, optional
             Seconds a task may start work per micro-batch; what has not finished then is
             parked, with every later row of its key.

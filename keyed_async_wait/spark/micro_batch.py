@@ -14,7 +14,8 @@ Micro-batch ``n``:
    time cap and the error policy; rows that do not finish come out parked (the rows are
    repartitioned by the key first, unless nothing is parked and the stream was told the
    source's partitions hold each key whole, ``assume_partitioned``);
-4. hands the finished rows to ``sink(df, batch_id)`` and writes version ``n``: a segment with
+4. hands the finished rows to ``sink(df, batch_id)`` (run in the source's partitions, fails if
+   a key ran in two of them: :mod:`.key_spread`) and writes version ``n``: a segment with
    the rows parked by this micro-batch (and those of segments leaving the window), the keys it
    took out of older segments, and its manifest, last;
 5. returns its :class:`BatchReport`, and with ``publish`` also writes it under the checkpoint,
@@ -40,6 +41,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from .key_spread import check_key_spread, key_spread
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
 from .plan_values import at_most, one_row, without_adaptive_stages, without_stage_code
@@ -170,15 +172,18 @@ class MicroBatch:
                 behind = keyed.join(carried, self.key_columns, "left_semi")
                 run_new = keyed.join(carried, self.key_columns, "left_anti")
             both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
-            counts = _task_counts(spark)
-            parking = replace(self.parking, batch_id=batch_id, counts=counts)
             only_new = replay.rows is None and behind is None
+            in_place = only_new and self.assume_partitioned  # in the source's partitions: checked
+            counts, spread = _task_counts(spark), key_spread(spark) if in_place else None
+            parking = replace(self.parking, batch_id=batch_id, counts=counts, spread=spread)
             ordered = self._ordered(both, n, only_new=only_new)
             with without_adaptive_stages(spark) if only_new else contextlib.nullcontext():
                 enriched = self.build(ordered, parking).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
             rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
+            if in_place:  # before anything is committed
+                check_key_spread(enriched, self.key_columns, spread, batch_id)
             aged = self.store.aged(batch_id, previous)
             # the state's plans, when there are any (three calls to the session's settings saved)
             plans = reparked > 0 or behind is not None or bool(aged) or replay.selected is not None

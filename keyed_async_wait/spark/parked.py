@@ -5,7 +5,8 @@ parked rows again.
 A row is parked when it carries the state column (a struct, see :data:`STATE_FIELDS`); new rows
 have it null. The partition arrives sorted by Spark: parked rows in their order, then new rows
 in arrival order, and every row of a key in this one partition (the driver repartitions by the
-key). Rows stream through: the task holds no more than the operator's capacity and one Arrow
+key; with ``assume_partitioned`` the source holds it so, and the task reports its keys to the
+driver, which checks). Rows stream through: the task holds no more than the operator's capacity and one Arrow
 batch, whatever the size of its share of the micro-batch; a parked row leaves the moment it is
 parked, with its position in the task's input as its order.
 """
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.chain import PROGRESS_FIELD, ChainProgress
-from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for
+from ..core.exceptions import RecordKeyError
+from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for, stable_hash
 from ..core.parking import ParkedBatch, ParkedItem, ParkInfo
 from .journal import ProgressJournal, TaskProgress
 from .memory import PeakMemory
@@ -49,6 +51,7 @@ class ParkingPlan:
     batch_id: int = 0  # the micro-batch: what re-parked rows carry as their seg
     journal: ProgressJournal | None = None  # a chain's step journal (spark.journal)
     journal_prefix: str = ""  # its hash names: <prefix>:<batch_id>
+    spread: Any = None  # accumulator: the keys' stable hashes each task ran (spark.key_spread)
 
 
 def _parked_item(row: dict[str, Any], state: dict[str, Any], key_of: Any) -> ParkedItem:
@@ -84,9 +87,21 @@ def _state(item: ParkedItem, seg: int, order: int, max_parallelism: int) -> dict
 class _Intake:
     """The partition as operator chunks: ParkedBatch for parked rows, lists for new ones."""
 
-    def __init__(self, source: RowSource, key_of: Any, journal: TaskProgress | None = None) -> None:
+    def __init__(
+        self, source: RowSource, key_of: Any, journal: TaskProgress | None = None, keys: set | None = None
+    ) -> None:
         self.source, self.key_of, self.journal = source, key_of, journal
         self.new = self.replayed = 0
+        self.keys = keys  # the new rows' keys, when the driver checks where they ran
+
+    def _note_keys(self, rows: list[dict[str, Any]]) -> None:
+        assert self.keys is not None
+        key_of, keys = self.key_of, self.keys
+        for row in rows:
+            try:  # noqa: SIM105 - per row: suppress() would add a context manager to each
+                keys.add(key_of(row))
+            except RecordKeyError:
+                pass  # no key: the operator fails or emits that record
 
     def chunks(self, batches: Iterator[Any]) -> Iterator[list[Any]]:
         key_of = self.key_of
@@ -106,6 +121,8 @@ class _Intake:
             if parked:  # sorted input: a batch's parked rows come before its new ones
                 yield ParkedBatch(parked)
             if new:
+                if self.keys is not None:
+                    self._note_keys(new)
                 yield new
 
 
@@ -121,7 +138,7 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     key_of = plan.spec.selector
     assert key_of is not None
     journal = _task_journal(plan, parking, task.adapter.instance)
-    intake = _Intake(source, key_of, journal)
+    intake = _Intake(source, key_of, journal, set() if parking.spread is not None else None)
     cap = task.loop.call_later(parking.time_cap, task.op.hold) if parking.time_cap is not None else None
     parked_out = 0
     try:
@@ -142,6 +159,8 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
             journal.close_sync()
             task.loop.run_until_complete(journal.aclose())
         task.report()
+        if intake.keys is not None:
+            parking.spread.add((frozenset(stable_hash(key) for key in intake.keys), frozenset()))
         if parking.counts is not None:
             growth = memory.growth_kib()
             parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out])

@@ -12,7 +12,7 @@ id) every row reaches the sink once. No partitioning is stored: every micro-batc
 the rows it runs by the key, so a restart with another ``spark.sql.shuffle.partitions``, other
 executors or another source partitioning keeps each key whole and in order. (With
 ``assume_partitioned`` a micro-batch with nothing parked runs its new rows where the source put
-them: the user says each key's rows are in one partition.)
+them: the user says each key's rows are in one partition, and :mod:`.key_spread` checks it.)
 
 This module is the client's side. On a classic session ``foreachBatch`` calls the micro-batch in
 this process, and its reports (and the error a micro-batch fails with) arrive here directly. On

@@ -141,7 +141,36 @@ def stream(spark: Any, url: str, work: str) -> None:
         assert "the sink refused micro-batch 0" in str(exc), exc
     else:
         raise AssertionError("a failing sink fails the run")
+    not_by_key(spark, url, work)
     print(f"stream: {len(reports)} micro-batches, parked at most {max(r.parked for r in reports)}")
+
+
+def not_by_key(spark: Any, url: str, work: str) -> None:
+    """``assume_partitioned=True`` over two files that each hold every key: the micro-batch
+    fails naming the option (checked on the server by grouping the output: no accumulators)."""
+    import json
+    import os
+
+    os.makedirs(f"{work}/mixed")
+    for part in range(2):
+        with open(f"{work}/mixed/{part}.json", "w") as out:
+            for seq in range(part, 16, 2):
+                out.write(json.dumps({"seq": seq, "order_id": seq // 2 % 4, "user_id": seq}) + "\n")
+    mixed = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema("seq long, order_id long, user_id long").json(f"{work}/mixed"),
+        users(url),
+        "order_id",
+        sink=WriteBatch(f"{work}/mixed-out"),
+        checkpoint_location=f"{work}/cp-mixed",
+        assume_partitioned=True,
+    )
+    try:
+        mixed.run_available_now()
+    except Exception as exc:
+        assert "assume_partitioned=True is not allowed" in str(exc), exc
+        assert "in partitions [0, 1]" in str(exc), exc
+    else:
+        raise AssertionError("a source not partitioned by the key fails the run")
 
 
 def main(feature: str, remote: str, url: str, *extra: str) -> None:

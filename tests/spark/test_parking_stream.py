@@ -369,3 +369,37 @@ def test_a_source_partitioned_by_key_runs_where_it_is_and_parked_rows_still_go_b
     assert sorted(r.seq for r in sink.rows()) == list(range(40))
     assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
     assert calls_keep_key_order(state.calls)
+
+
+def test_a_source_not_partitioned_by_key_fails_the_micro_batch_and_a_restart_without_the_option_runs_it(
+    spark: Any, service: Any, tmp_path: Path
+) -> None:
+    """``assume_partitioned=True`` over a source whose partitions each hold rows of every key:
+    the micro-batch fails naming a key, its partitions and the option, nothing of it is
+    committed, and the same checkpoint run without the option gives every row, in key order."""
+    url, state = service
+    state.latency, state.record_calls = 0.02, True
+    # two files, every key in both (seq 2k in one, 2k + 1 in the other)
+    write_updates(tmp_path / "in", [(seq, seq // 2 % 8, seq // 2 % 8) for seq in range(40)], files=2)
+    source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(tmp_path / "in"))
+    options = {"order_by": "seq", "checkpoint_location": str(tmp_path / "cp"), "timeout": 10.0}
+    sink = Sink()
+    wrong = AsyncDataStream.key_ordered_stream(
+        source, logged_users(url), "order_id", sink=sink, assume_partitioned=True, **options
+    )
+    query = wrong.start(processingTime="0.2 seconds")
+    try:
+        pattern = r"assume_partitioned=True .*micro-batch 0 .*key \d in partitions \[0, 1\]"
+        with pytest.raises(ConfigError, match=pattern):
+            wrong.wait_until(lambda reports: False, 60)
+    finally:
+        query.stop()
+    assert wrong.reports == []  # not committed
+    state.calls.clear()
+    sink = Sink()
+    right = AsyncDataStream.key_ordered_stream(source, logged_users(url), "order_id", sink=sink, **options)
+    run_until(right, lambda r: sum(x.rows_out for x in r) >= 40, "0.2 seconds", 120)
+    assert right.reports[0].batch_id == 0  # the failed micro-batch ran again
+    assert sorted(r.seq for r in sink.rows()) == list(range(40))
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
+    assert calls_keep_key_order(state.calls)

@@ -1,0 +1,83 @@
+"""Whether a micro-batch run in the source's own partitions (``assume_partitioned=True``) had
+every key in one of them.
+
+The option is the user's word that each key's rows of a micro-batch sit in one partition. When
+it is wrong, two tasks run one key at once and its order is lost, so it is checked after the
+micro-batch ran, before anything is committed:
+
+- on a classic session each task adds the stable 64-bit hashes of the keys it ran to an
+  accumulator (:class:`KeySpread`), whose merge keeps the hashes more than one task saw; only
+  when there are some (a key in two tasks, a task the cache ran again, or a hash collision) is
+  the micro-batch's cached output grouped by key to find the keys themselves;
+- on Spark Connect (no accumulators) that grouping always runs.
+
+A key found in two partitions fails the micro-batch with a :class:`ConfigError` naming the key,
+the partitions and the option: nothing of the micro-batch is committed, so a restart without
+the option runs it again, in key order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark import AccumulatorParam
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..core.exceptions import ConfigError
+from .metrics import is_connect
+
+__all__ = ["KeySpread", "check_key_spread", "key_spread"]
+
+Hashes = frozenset[int]
+_SHOWN = 3  # keys named in the error
+
+
+class KeySpread(AccumulatorParam):
+    """(hashes seen, hashes seen by more than one task): a task adds (its keys', nothing)."""
+
+    def zero(self, value: tuple[Hashes, Hashes]) -> tuple[Hashes, Hashes]:
+        return frozenset(), frozenset()
+
+    def addInPlace(self, a: tuple[Hashes, Hashes], b: tuple[Hashes, Hashes]) -> tuple[Hashes, Hashes]:
+        return a[0] | b[0], a[1] | b[1] | (a[0] & b[0])
+
+
+def key_spread(spark: Any) -> Any:
+    """An accumulator for the tasks' key hashes, or None on Spark Connect (it has none)."""
+    if is_connect(spark):
+        return None
+    return spark.sparkContext.accumulator((frozenset(), frozenset()), KeySpread())
+
+
+def check_key_spread(enriched: DataFrame, key_columns: list[str], spread: Any, batch_id: int) -> None:
+    """Raise a :class:`ConfigError` when a key of micro-batch ``batch_id`` ran in more than one
+    partition of ``enriched`` (its cached output, a partition per task)."""
+    if spread is not None and not spread.value[1]:
+        return  # no task ran a key another task ran
+    part = "_kaw_partition"
+    split = (
+        enriched.select(*key_columns, F.spark_partition_id().alias(part))
+        .groupBy(*key_columns)
+        .agg(F.sort_array(F.collect_set(part)).alias(part))
+        .where(F.size(part) > 1)
+        .limit(_SHOWN + 1)
+        .collect()
+    )
+    if not split:
+        return
+    named = "; ".join(f"key {_key(row, key_columns)!r} in partitions {row[part]}" for row in split[:_SHOWN])
+    more = ", and more" if len(split) > _SHOWN else ""
+    raise ConfigError(
+        "assume_partitioned",
+        True,
+        f"False for this source: micro-batch {batch_id} had rows of one key in more than one "
+        f"partition ({named}{more}), so two tasks ran such a key at once and its order is lost. "
+        "Nothing of the micro-batch is committed: restart without assume_partitioned (or with "
+        "the source partitioned by the key) and it runs again in key order",
+    )
+
+
+def _key(row: Any, key_columns: list[str]) -> Any:
+    values = tuple(row[c] for c in key_columns)
+    return values[0] if len(values) == 1 else values
