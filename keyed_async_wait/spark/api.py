@@ -22,6 +22,7 @@ from ..core.backlog import BacklogPolicy
 from ..core.checks import check_bool, check_positive_int, check_seconds
 from ..core.elements import OutputMode
 from ..core.exceptions import ConfigError, UnknownSettingError
+from ..core.keys import WHOLE_RECORD
 from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.spec import WaitSpec
@@ -430,6 +431,7 @@ def _key_ordered_stream(
         replay_rows=state["replay_rows"],
         state_window=state["state_window"],
         assume_partitioned=state["assume_partitioned"],
+        whole_record=key is WHOLE_RECORD,
     )
 
 

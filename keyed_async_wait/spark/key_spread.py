@@ -50,15 +50,20 @@ def key_spread(spark: Any) -> Any:
     return spark.sparkContext.accumulator((frozenset(), frozenset()), KeySpread())
 
 
-def check_key_spread(enriched: DataFrame, key_columns: list[str], spread: Any, batch_id: int) -> None:
+def check_key_spread(
+    enriched: DataFrame, key_columns: list[str], spread: Any, batch_id: int, whole_record: bool = False
+) -> None:
     """Raise a :class:`ConfigError` when a key of micro-batch ``batch_id`` ran in more than one
-    partition of ``enriched`` (its cached output, a partition per task)."""
+    partition of ``enriched`` (its cached output, a partition per task). A row with a NULL in a
+    named key column has no key (the operator fails or emits it): it is not counted."""
     if spread is not None and not spread.value[1]:
         return  # no task ran a key another task ran
     part = "_kaw_partition"
+    rows = enriched.select(*key_columns, F.spark_partition_id().alias(part))
+    if not whole_record:
+        rows = rows.dropna(subset=key_columns)
     split = (
-        enriched.select(*key_columns, F.spark_partition_id().alias(part))
-        .groupBy(*key_columns)
+        rows.groupBy(*key_columns)
         .agg(F.sort_array(F.collect_set(part)).alias(part))
         .where(F.size(part) > 1)
         .limit(_SHOWN + 1)

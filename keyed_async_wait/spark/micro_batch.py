@@ -141,6 +141,7 @@ class MicroBatch:
     replay_rows: int | None  # None: as many as 4x what got out last time, at least 10,000
     publish: bool = False  # write each report under the checkpoint (for a Spark Connect client)
     assume_partitioned: bool = False  # the source holds each key's rows in one partition
+    whole_record: bool = False  # the key is every input column (a NULL in one is part of it)
     run_id: str = ""
     _store: ParkedStore | None = field(default=None, init=False, repr=False)  # made at the first call
     _last_out: int = field(default=0, init=False)
@@ -183,7 +184,7 @@ class MicroBatch:
             self.sink(enriched.where(_state().isNull()).drop(STATE_COLUMN), batch_id)
             rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
             if in_place:  # before anything is committed
-                check_key_spread(enriched, self.key_columns, spread, batch_id)
+                check_key_spread(enriched, self.key_columns, spread, batch_id, self.whole_record)
             aged = self.store.aged(batch_id, previous)
             # the state's plans, when there are any (three calls to the session's settings saved)
             plans = reparked > 0 or behind is not None or bool(aged) or replay.selected is not None

@@ -74,6 +74,7 @@ class KeyedStream:
         replay_rows: int | None,
         state_window: int = DEFAULT_WINDOW,
         assume_partitioned: bool = False,
+        whole_record: bool = False,
     ) -> None:
         spark = df.sparkSession
         self._checkpoint = checkpoint_location.rstrip("/")
@@ -97,6 +98,7 @@ class KeyedStream:
             replay_rows,
             publish=self._connect,
             assume_partitioned=assume_partitioned,
+            whole_record=whole_record,
         )
         self._source = _with_heartbeat(df, heartbeat) if heartbeat else df
         self._heartbeat = heartbeat

@@ -1,13 +1,17 @@
-"""The merge of the tasks' key hashes that checks ``assume_partitioned`` (pure, no session)."""
+"""What checks ``assume_partitioned``: the merge of the tasks' key hashes (pure), and the grouping
+of the output by key (a real local[2] session)."""
 
 from __future__ import annotations
 
 from functools import reduce
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyed_async_wait.spark.key_spread import KeySpread
+from keyed_async_wait import ConfigError
+from keyed_async_wait.spark.key_spread import KeySpread, check_key_spread
 
 tasks_keys = st.lists(st.frozensets(st.integers(0, 30), max_size=12), max_size=6)
 
@@ -31,3 +35,20 @@ def test_the_merge_does_not_depend_on_the_order_tasks_finish(
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
     fold = lambda items: reduce(param.addInPlace, items, param.zero(None))  # noqa: E731
     assert fold(updates) == fold(shuffled)
+
+
+def _in_two_partitions(spark: Any, first: list[tuple[Any, ...]], second: list[tuple[Any, ...]]) -> Any:
+    rows = spark.sparkContext.parallelize([*first, *second], 2)  # the first half in partition 0
+    return spark.createDataFrame(rows, "k long, v long")
+
+
+@pytest.mark.spark
+def test_the_grouping_names_a_key_in_two_partitions_and_leaves_keyless_rows_out(spark: Any) -> None:
+    """The check Spark Connect always runs (and a classic session when tasks shared hashes)."""
+    keyless = _in_two_partitions(spark, [(1, 0), (None, 1)], [(2, 2), (None, 3)])
+    check_key_spread(keyless, ["k"], None, 7)  # NULL keys are no keys: nothing to order
+    split = _in_two_partitions(spark, [(1, 0), (2, 1)], [(3, 2), (1, 3)])
+    with pytest.raises(ConfigError, match=r"micro-batch 7 .*key 1 in partitions \[0, 1\]"):
+        check_key_spread(split, ["k"], None, 7)
+    with pytest.raises(ConfigError, match=r"key \(None, 1\) in partitions \[0, 1\]"):
+        check_key_spread(_in_two_partitions(spark, [(None, 1)], [(None, 1)]), ["k", "v"], None, 7, True)
