@@ -188,7 +188,7 @@ class AsyncDataStream:
             Arrival order within a partition (a Kafka offset, an event time); without it, the
             order Spark delivers, which after a shuffle is not the source order.
         assume_partitioned : bool
-            The DataFrame is already partitioned by the key: no repartition, no ``num_partitions``.
+            Each key is in one partition already (your word, unchecked): no repartition or ``num_partitions``.
         num_partitions : int, optional
             Partitions of the repartition (default: one per task slot of the cluster, so that
             every running task holds as many keys as it can; see "Key order at production
