@@ -56,8 +56,12 @@ def check_key_spread(
     """Raise a :class:`ConfigError` when a key of micro-batch ``batch_id`` ran in more than one
     partition of ``enriched`` (its cached output, a partition per task). A row with a NULL in a
     named key column has no key (the operator fails or emits it): it is not counted."""
-    if spread is not None and not spread.value[1]:
-        return  # no task ran a key another task ran
+    if spread is not None:
+        shared = spread.value[1]
+        # PySpark's driver keeps every accumulator it made: drop the hashes, not one set a batch
+        spread.value = KeySpread().zero(spread.value)
+        if not shared:
+            return  # no task ran a key another task ran
     part = "_kaw_partition"
     rows = enriched.select(*key_columns, F.spark_partition_id().alias(part))
     if not whole_record:

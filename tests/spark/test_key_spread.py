@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from keyed_async_wait import ConfigError
-from keyed_async_wait.spark.key_spread import KeySpread, check_key_spread
+from keyed_async_wait.spark.key_spread import KeySpread, check_key_spread, key_spread
 
 tasks_keys = st.lists(st.frozensets(st.integers(0, 30), max_size=12), max_size=6)
 
@@ -52,3 +52,12 @@ def test_the_grouping_names_a_key_in_two_partitions_and_leaves_keyless_rows_out(
         check_key_spread(split, ["k"], None, 7)
     with pytest.raises(ConfigError, match=r"key \(None, 1\) in partitions \[0, 1\]"):
         check_key_spread(_in_two_partitions(spark, [(None, 1)], [(None, 1)]), ["k", "v"], None, 7, True)
+
+
+@pytest.mark.spark
+def test_the_driver_lets_go_of_the_hashes_once_checked(spark: Any) -> None:
+    """PySpark's driver keeps every accumulator: a long stream must not keep every key's hash."""
+    spread = key_spread(spark)
+    spread.add((frozenset(range(1000)), frozenset()))
+    check_key_spread(_in_two_partitions(spark, [(1, 0)], [(2, 1)]), ["k"], spread, 3)
+    assert spread.value == (frozenset(), frozenset())
