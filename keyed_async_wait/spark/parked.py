@@ -6,9 +6,9 @@ A row is parked when it carries the state column (a struct, see :data:`STATE_FIE
 have it null. The partition arrives sorted by Spark: parked rows in their order, then new rows
 in arrival order, and every row of a key in this one partition (the driver repartitions by the
 key; with ``assume_partitioned`` the source holds it so, and the task reports its keys to the
-driver, which checks). Rows stream through: the task holds no more than the operator's capacity and one Arrow
-batch, whatever the size of its share of the micro-batch; a parked row leaves the moment it is
-parked, with its position in the task's input as its order.
+driver, which checks). Rows stream through: the task holds no more than the operator's
+capacity and one Arrow batch, whatever the size of its share of the micro-batch; a parked row
+leaves the moment it is parked, with its position in the task's input as its order.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ def _in_two_partitions(spark: Any, first: list[tuple[Any, ...]], second: list[tu
 
 
 @pytest.mark.spark
+@pytest.mark.compat("streaming: assume_partitioned checked")
 def test_the_grouping_names_a_key_in_two_partitions_and_leaves_keyless_rows_out(spark: Any) -> None:
     """The check Spark Connect always runs (and a classic session when tasks shared hashes)."""
     keyless = _in_two_partitions(spark, [(1, 0), (None, 1)], [(2, 2), (None, 3)])
@@ -55,6 +56,7 @@ def test_the_grouping_names_a_key_in_two_partitions_and_leaves_keyless_rows_out(
 
 
 @pytest.mark.spark
+@pytest.mark.compat("streaming: assume_partitioned checked")
 def test_the_driver_lets_go_of_the_hashes_once_checked(spark: Any) -> None:
     """PySpark's driver keeps every accumulator: a long stream must not keep every key's hash."""
     spread = key_spread(spark)

@@ -371,6 +371,7 @@ def test_a_source_partitioned_by_key_runs_where_it_is_and_parked_rows_still_go_b
     assert calls_keep_key_order(state.calls)
 
 
+@pytest.mark.compat("streaming: assume_partitioned checked")
 def test_a_source_not_partitioned_by_key_fails_the_micro_batch_and_a_restart_without_the_option_runs_it(
     spark: Any, service: Any, tmp_path: Path
 ) -> None:
