@@ -13,13 +13,14 @@ leaves the moment it is parked, with its position in the task's input as its ord
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.exceptions import RecordKeyError
-from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for, stable_hash
+from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for, keys_of_many, stable_hash
 from ..core.parking import ParkedBatch, ParkedItem, ParkInfo
 from .journal import ProgressJournal, TaskProgress
 from .memory import PeakMemory
@@ -96,12 +97,13 @@ class _Intake:
 
     def _note_keys(self, rows: list[dict[str, Any]]) -> None:
         assert self.keys is not None
-        key_of, keys = self.key_of, self.keys
-        for row in rows:
-            try:  # noqa: SIM105 - per row: suppress() would add a context manager to each
-                keys.add(key_of(row))
-            except RecordKeyError:
-                pass  # no key: the operator fails or emits that record
+        try:
+            self.keys.update(keys_of_many(self.key_of, rows))
+        except RecordKeyError:  # a row without a key (the operator fails or emits it): the rest
+            key_of, keys = self.key_of, self.keys
+            for row in rows:
+                with contextlib.suppress(RecordKeyError):
+                    keys.add(key_of(row))
 
     def chunks(self, batches: Iterator[Any]) -> Iterator[list[Any]]:
         key_of = self.key_of
