@@ -245,9 +245,11 @@ def test_a_quota_in_any_form_and_short_window_is_followed(service: Any, redis_ur
     in_threads(2, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 160, 160)), bound=60))
     asked = quota.admitted + quota.rejected
     assert quota.admitted == 320
-    # X-RateLimit: none refused (one at most, a clock's tick); Retry-After: those that tell
-    # the windows (a cold start, then two at most in each of two windows), then none
-    assert quota.rejected <= (1 if form == "x-ratelimit" else 9), (quota.rejected, asked)
+    # X-RateLimit: none refused (two at most: a clock's tick, or a call a busy machine held
+    # past a window's end, as CI saw once in 2026-11); Retry-After: those that tell the
+    # windows (a cold start, then two at most in each of two windows), then none. A budget
+    # that ignored the headers sees hundreds refused (384 with none, measured).
+    assert quota.rejected <= (2 if form == "x-ratelimit" else 9), (quota.rejected, asked)
     assert quota.used() >= 0.85, quota.used()
 
 
