@@ -40,8 +40,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.exceptions import ConfigError, KeyedAsyncWaitError
+from .metrics import is_connect
 from .parts import Part, read_parts, write_part
-from .small_files import committed_batches, file_sizes, read_text, write_text
+from .small_files import committed_batches, driver_disk_folder, file_sizes, read_text, write_text
 
 __all__ = ["FORMAT", "ParkedStore", "Part", "StateError", "Version", "joined_by_key"]
 
@@ -131,7 +132,7 @@ class ParkedStore:
     heartbeat: bool = False
     layout: Layout | None = field(default=None, init=False)
     _last: Version | None = field(default=None, init=False)  # the version this run wrote last
-    # where the small files' folders are (driver's disk or not): resolved once per path
+    # where the small files' folders are (driver's disk or not): the root's, resolved once
     _folders: dict[str, Path | None] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +153,13 @@ class ParkedStore:
     @property
     def root(self) -> str:
         return f"{self.checkpoint}/async_state"
+
+    def _known(self) -> dict[str, Path | None]:
+        """Where the small files' folders are: the root's place, asked of Hadoop once (every
+        folder under it is on the same filesystem)."""
+        if self.root not in self._folders and not is_connect(self.spark):
+            driver_disk_folder(self.spark, self.root, self._folders)
+        return self._folders
 
     def path(self, kind: str, batch: int) -> str:
         assert self.layout is not None
@@ -192,7 +200,7 @@ class ParkedStore:
                     batch_id=batch_id,
                 )
             layout = Layout(batch_id, self.window, self.keep, self.heartbeat)
-            write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)), known=self._folders)
+            write_text(self.spark, f"{self.root}/init", json.dumps(asdict(layout)), known=self._known())
             return layout
         data = json.loads(text)
         layout = Layout(**data)
@@ -365,7 +373,7 @@ class ParkedStore:
         fresh = segment.fresh if segment is not None else 0
         rows = (previous.rows if previous is not None else 0) - replayed + fresh
         version = Version(batch_id, rows, tuple(segments), tuple(removals))
-        write_text(self.spark, self.path("manifest", batch_id), version.to_json(), known=self._folders)
+        write_text(self.spark, self.path("manifest", batch_id), version.to_json(), known=self._known())
         self._last = version
         return version
 
@@ -373,7 +381,7 @@ class ParkedStore:
 
     def publish(self, batch_id: int, text: str) -> None:
         """Write micro-batch ``batch_id``'s report (one slot per micro-batch, as for versions)."""
-        write_text(self.spark, self.path("report", batch_id), text, known=self._folders)
+        write_text(self.spark, self.path("report", batch_id), text, known=self._known())
 
     def published(self) -> list[str]:
         """The reports in every slot, one per line (empty when there are none)."""

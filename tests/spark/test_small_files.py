@@ -64,3 +64,35 @@ def test_a_path_on_the_driver_disk_is_resolved_through_hadoop_once_per_map(
     assert known == {folder: tmp_path / "manifest" / "0001"}
     write_text(spark, folder, "fourth")  # without a map: asked again
     assert asked == [folder, folder]
+
+
+@pytest.mark.parametrize("on_driver_disk", [True, False], ids=["driver-disk", "hadoop"])
+def test_folders_under_a_resolved_root_ask_hadoop_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_driver_disk: bool
+) -> None:
+    """The parked state resolves its root once; every manifest's slot is under it."""
+    if not on_driver_disk:
+        monkeypatch.setattr(small_files, "_on_driver_disk", lambda fs: False)
+    root = f"file:{tmp_path}/async_state"
+    known: dict[str, Path | None] = {}
+    expected = tmp_path / "async_state" if on_driver_disk else None
+    assert small_files.driver_disk_folder(spark, root, known) == expected
+    asked: list[str] = []
+
+    def ask(session: Any, path: str) -> Any:
+        asked.append(path)
+        raise LookupError(path)
+
+    monkeypatch.setattr(small_files, "_filesystem", ask)
+    for slot in ("0000", "0001", "0001"):
+        folder = f"{root}/manifest/{slot}"
+        local = small_files.driver_disk_folder(spark, folder, known)
+        assert local == (None if expected is None else expected / "manifest" / slot)
+    assert asked == [] and list(known) == [root]
+    if on_driver_disk:
+        write_text(spark, f"{root}/manifest/0002", "third", known=known)
+        assert (tmp_path / "async_state" / "manifest" / "0002" / "part-00000.txt").read_text() == "third\n"
+        assert asked == []
+    with pytest.raises(LookupError):  # a path under no known folder: asked
+        small_files.driver_disk_folder(spark, f"file:{tmp_path}/elsewhere", known)
+    assert asked == [f"file:{tmp_path}/elsewhere"]
