@@ -188,7 +188,10 @@ class AsyncDataStream:
             Arrival order within a partition (a Kafka offset, an event time); without it, the
             order Spark delivers, which after a shuffle is not the source order.
         assume_partitioned : bool
-            Each key is in one partition already (your word, unchecked): no repartition or ``num_partitions``.
+            Each key is in one partition already: no repartition or ``num_partitions``. Checked at
+            the call on a batch DataFrame (a job over its key columns; a ``ConfigError`` names a
+            key in two partitions); a streaming DataFrame's is your word (``key_ordered_stream``
+            checks each micro-batch).
         num_partitions : int, optional
             Partitions of the repartition (default: one per task slot of the cluster, so that
             every running task holds as many keys as it can; see "Key order at production
@@ -219,18 +222,12 @@ class AsyncDataStream:
         columns = key_columns(df, key)
         sort_by = order_columns(df, order_by) or None
         check_positive_int("num_partitions", num_partitions, optional=True)
-        spec = wait_spec(
-            df,
-            OutputMode.KEY_ORDERED,
-            key=columns,
-            blocked_capacity=blocked_capacity,
-            timeout=timeout,
-            capacity=capacity,
-            retry=retry,
-            batch_size=batch_size,
-        )
+        limits: dict[str, Any] = dict(timeout=timeout, capacity=capacity, retry=retry, batch_size=batch_size)
+        spec = wait_spec(df, OutputMode.KEY_ORDERED, key=columns, blocked_capacity=blocked_capacity, **limits)
         sort_in_task = sort_by if df.isStreaming else None  # streaming: Spark rejects sortWithinPartitions
-        place = Placement(columns, num_partitions, balance_keys, assume_partitioned, sort_by)
+        place = Placement(
+            columns, num_partitions, balance_keys, assume_partitioned, sort_by, key is WHOLE_RECORD
+        )
         edge: dict[str, Any] = dict(output_schema=output_schema, join=join, error_column=error_column)
         edge.update(metrics=metrics, backlog=backlog, event_time=event_time, sort_in_task=sort_in_task)
         return _wait(df, fn, spec, observe, place=place, **edge)

@@ -32,6 +32,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..core.checks import check_bool
 from ..core.exceptions import ConfigError
+from .key_spread import check_partitioned_by_key
 from .session import key_partitions
 
 __all__ = ["MAX_KEYS", "Placement", "assign", "balanced", "key_placement", "partition_labels", "placed_by"]
@@ -131,14 +132,16 @@ def placed_by(df: DataFrame, columns: list[str], partitions: int, mapping: DataF
 @dataclass(frozen=True)
 class Placement:
     """Where a key-ordered wait's rows go before its tasks: by the key (its hash, or with
-    ``balance`` its rows), unless ``assumed`` already; then sorted by ``sort_by`` within each
-    partition (a batch DataFrame: a stream's tasks sort)."""
+    ``balance`` its rows), unless ``assumed`` already (a batch DataFrame's checked here, by a
+    job); then sorted by ``sort_by`` within each partition (a batch DataFrame: a stream's tasks
+    sort)."""
 
     columns: list[str]
     num_partitions: int | None
     balance: Any
     assumed: bool
     sort_by: list[str] | None
+    whole_record: bool = False  # the key is every column (a NULL in one is part of it)
 
     def __post_init__(self) -> None:
         check_bool("assume_partitioned", self.assumed)
@@ -153,6 +156,8 @@ class Placement:
         if self.balance and df.isStreaming:
             allowed = "False for a streaming DataFrame (balancing counts the input first)"
             raise ConfigError("balance_keys", self.balance, allowed)
+        if self.assumed and not df.isStreaming:  # a stream's micro-batches: key_ordered_stream's
+            check_partitioned_by_key(df, self.columns, self.whole_record)
         if not self.assumed:
             partitions = key_partitions(df.sparkSession, self.num_partitions)
             place = balanced if self.balance else _hashed

@@ -14,6 +14,10 @@ micro-batch ran, before anything is committed:
 A key found in two partitions fails the micro-batch with a :class:`ConfigError` naming the key,
 the partitions and the option: nothing of the micro-batch is committed, so a restart without
 the option runs it again, in key order.
+
+``key_ordered_wait(assume_partitioned=True)`` on a batch DataFrame is checked at the call
+(:func:`check_partitioned_by_key`): its output cannot be taken back once a sink has it, so the
+DataFrame's key columns are grouped by key and partition before it runs.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pyspark.sql import functions as F
 from ..core.exceptions import ConfigError
 from .metrics import is_connect
 
-__all__ = ["KeySpread", "check_key_spread", "key_spread"]
+__all__ = ["KeySpread", "check_key_spread", "check_partitioned_by_key", "key_spread"]
 
 Hashes = frozenset[int]
 _SHOWN = 3  # keys named in the error
@@ -62,29 +66,56 @@ def check_key_spread(
         spread.value = KeySpread().zero(spread.value)
         if not shared:
             return  # no task ran a key another task ran
-    part = "_kaw_partition"
-    rows = enriched.select(*key_columns, F.spark_partition_id().alias(part))
-    if not whole_record:
-        rows = rows.dropna(subset=key_columns)
-    split = (
-        rows.groupBy(*key_columns)
-        .agg(F.sort_array(F.collect_set(part)).alias(part))
-        .where(F.size(part) > 1)
-        .limit(_SHOWN + 1)
-        .collect()
-    )
+    split = _split_keys(enriched, key_columns, whole_record)
     if not split:
         return
-    named = "; ".join(f"key {_key(row, key_columns)!r} in partitions {row[part]}" for row in split[:_SHOWN])
-    more = ", and more" if len(split) > _SHOWN else ""
     raise ConfigError(
         "assume_partitioned",
         True,
         f"False for this source: micro-batch {batch_id} had rows of one key in more than one "
-        f"partition ({named}{more}), so two tasks ran such a key at once and its order is lost. "
-        "Nothing of the micro-batch is committed: restart without assume_partitioned (or with "
-        "the source partitioned by the key) and it runs again in key order",
+        f"partition ({_named(split, key_columns)}), so two tasks ran such a key at once and its "
+        "order is lost. Nothing of the micro-batch is committed: restart without "
+        "assume_partitioned (or with the source partitioned by the key) and it runs again in key order",
     )
+
+
+def check_partitioned_by_key(df: DataFrame, key_columns: list[str], whole_record: bool = False) -> None:
+    """Raise a :class:`ConfigError` when a key of batch DataFrame ``df`` has rows in more than
+    one of its partitions (a Spark job over its key columns). A row with a NULL in a named key
+    column has no key: it is not counted."""
+    split = _split_keys(df, key_columns, whole_record)
+    if not split:
+        return
+    raise ConfigError(
+        "assume_partitioned",
+        True,
+        f"False for this DataFrame: it has rows of one key in more than one partition "
+        f"({_named(split, key_columns)}), so two tasks would run such a key at once and its order "
+        "would be lost. Drop the option (the key's rows are then repartitioned by the key), or "
+        "repartition the DataFrame by the key first",
+    )
+
+
+_PART = "_kaw_partition"
+
+
+def _split_keys(df: DataFrame, key_columns: list[str], whole_record: bool) -> list[Any]:
+    """Up to :data:`_SHOWN` + 1 keys of ``df`` in more than one partition, each with them."""
+    rows = df.select(*key_columns, F.spark_partition_id().alias(_PART))
+    if not whole_record:
+        rows = rows.dropna(subset=key_columns)
+    return (
+        rows.groupBy(*key_columns)
+        .agg(F.sort_array(F.collect_set(_PART)).alias(_PART))
+        .where(F.size(_PART) > 1)
+        .limit(_SHOWN + 1)
+        .collect()
+    )
+
+
+def _named(split: list[Any], key_columns: list[str]) -> str:
+    named = "; ".join(f"key {_key(row, key_columns)!r} in partitions {row[_PART]}" for row in split[:_SHOWN])
+    return named + (", and more" if len(split) > _SHOWN else "")
 
 
 def _key(row: Any, key_columns: list[str]) -> Any:

@@ -32,6 +32,16 @@ def waits(spark: Any, url: str, *_: str) -> None:
         assert wait(df, users(url)).count() == 300
     balanced = AsyncDataStream.key_ordered_wait(df, users(url), "order_id", order_by="seq", balance_keys=True)
     assert sorted((r.seq, r.name) for r in balanced.collect()) == [(i, f"user-{i % 40}") for i in range(300)]
+    try:  # round robin: every key in every partition, refused at the call
+        AsyncDataStream.key_ordered_wait(df.repartition(3), users(url), "order_id", assume_partitioned=True)
+    except ConfigError as exc:
+        assert "in partitions [0, 1, 2]" in str(exc), exc
+    else:
+        raise AssertionError("assume_partitioned=True over a DataFrame not partitioned by the key")
+    placed = AsyncDataStream.key_ordered_wait(
+        df.repartition(3, "order_id"), users(url), "order_id", order_by="seq", assume_partitioned=True
+    )
+    assert sorted(r.seq for r in placed.collect()) == list(range(300))
     try:
         AsyncWaitMetrics(spark, via="accumulators")
     except ConfigError as exc:

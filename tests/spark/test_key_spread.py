@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
-from keyed_async_wait import ConfigError
+from keyed_async_wait import AsyncDataStream, ConfigError
 from keyed_async_wait.spark.key_spread import KeySpread, check_key_spread, key_spread
 
 tasks_keys = st.lists(st.frozensets(st.integers(0, 30), max_size=12), max_size=6)
@@ -63,3 +64,33 @@ def test_the_driver_lets_go_of_the_hashes_once_checked(spark: Any) -> None:
     spread.add((frozenset(range(1000)), frozenset()))
     check_key_spread(_in_two_partitions(spark, [(1, 0)], [(2, 1)]), ["k"], spread, 3)
     assert spread.value == (frozenset(), frozenset())
+
+
+async def _times_ten(row: dict[str, Any]) -> dict[str, Any]:
+    return {"w": row["v"] * 10}
+
+
+@pytest.mark.spark
+@pytest.mark.compat("batch: assume_partitioned checked")
+def test_a_batch_dataframe_not_partitioned_by_key_is_refused_at_the_call(spark: Any) -> None:
+    """key_ordered_wait(assume_partitioned=True) on a batch DataFrame: a key in two partitions
+    would run in two tasks at once, and a sink's output cannot be taken back, so it fails at the
+    call; one whose partitions hold each key whole runs in them."""
+    split = _in_two_partitions(spark, [(1, 0), (2, 1)], [(3, 2), (1, 3)])
+    with pytest.raises(ConfigError, match=r"assume_partitioned=True .*key 1 in partitions \[0, 1\]"):
+        AsyncDataStream.key_ordered_wait(
+            split, _times_ten, "k", order_by="v", assume_partitioned=True, output_schema="w long"
+        )
+    whole = _in_two_partitions(spark, [(1, 0), (2, 1), (1, 4)], [(3, 2), (3, 3), (4, 5)])
+    out = AsyncDataStream.key_ordered_wait(
+        whole, _times_ten, "k", order_by="v", assume_partitioned=True, output_schema="w long"
+    )
+    rows = out.select("k", "v", "w", F.spark_partition_id().alias("p")).collect()
+    assert sorted((r.k, r.v, r.w, r.p) for r in rows) == [
+        (1, 0, 0, 0),
+        (1, 4, 40, 0),
+        (2, 1, 10, 0),
+        (3, 2, 20, 1),
+        (3, 3, 30, 1),
+        (4, 5, 50, 1),
+    ]
