@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark import AccumulatorParam
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from ..core.exceptions import ConfigError
 from .metrics import is_connect
@@ -101,7 +102,9 @@ _PART = "_kaw_partition"
 
 def _split_keys(df: DataFrame, key_columns: list[str], whole_record: bool) -> list[Any]:
     """Up to :data:`_SHOWN` + 1 keys of ``df`` in more than one partition, each with them."""
-    rows = df.select(*key_columns, F.spark_partition_id().alias(_PART))
+    types = {field.name: field.dataType for field in df.schema.fields}
+    keys = [_groupable(name, types[name]) for name in key_columns]
+    rows = df.select(*keys, F.spark_partition_id().alias(_PART))
     if not whole_record:
         rows = rows.dropna(subset=key_columns)
     return (
@@ -111,6 +114,21 @@ def _split_keys(df: DataFrame, key_columns: list[str], whole_record: bool) -> li
         .limit(_SHOWN + 1)
         .collect()
     )
+
+
+def _groupable(name: str, kind: DataType) -> Column:
+    """Column ``name`` as Spark can group it: a key holding a map (or a variant) as its JSON
+    text, since pyspark before 4 groups no map; rows with equal keys have equal text."""
+    column = F.col("`" + name.replace("`", "``") + "`")
+    return F.to_json(column).alias(name) if _holds_map(kind) else column
+
+
+def _holds_map(kind: DataType) -> bool:
+    if isinstance(kind, MapType) or type(kind).__name__ == "VariantType":
+        return True
+    if isinstance(kind, ArrayType):
+        return _holds_map(kind.elementType)
+    return isinstance(kind, StructType) and any(_holds_map(f.dataType) for f in kind.fields)
 
 
 def _named(split: list[Any], key_columns: list[str]) -> str:

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from keyed_async_wait import AsyncDataStream, ConfigError
-from keyed_async_wait.spark.key_spread import KeySpread, check_key_spread, key_spread
+from keyed_async_wait.spark.key_spread import (
+    KeySpread,
+    check_key_spread,
+    check_partitioned_by_key,
+    key_spread,
+)
 
 tasks_keys = st.lists(st.frozensets(st.integers(0, 30), max_size=12), max_size=6)
 
@@ -54,6 +59,20 @@ def test_the_grouping_names_a_key_in_two_partitions_and_leaves_keyless_rows_out(
         check_key_spread(split, ["k"], None, 7)
     with pytest.raises(ConfigError, match=r"key \(None, 1\) in partitions \[0, 1\]"):
         check_key_spread(_in_two_partitions(spark, [(None, 1)], [(None, 1)]), ["k", "v"], None, 7, True)
+
+
+@pytest.mark.spark
+@pytest.mark.compat("streaming: assume_partitioned checked")
+def test_a_key_holding_a_map_is_grouped_by_its_json(spark: Any) -> None:
+    """pyspark before 4 groups no map: such a key (or a whole record with one) still names its
+    split, on every supported version."""
+    rows = spark.sparkContext.parallelize([({"a": 1}, [{"x": 1}], 0), ({"a": 1}, [{"x": 2}], 1)], 2)
+    df = spark.createDataFrame(rows, "m map<string,bigint>, am array<map<string,int>>, v long")
+    with pytest.raises(ConfigError, match=r"key '\{\"a\":1\}' in partitions \[0, 1\]"):
+        check_key_spread(df, ["m"], None, 2)
+    check_key_spread(df, ["m", "am"], None, 2)  # two keys, one partition each
+    with pytest.raises(ConfigError, match="in partitions"):
+        check_partitioned_by_key(df.union(df), ["m", "am"], whole_record=True)
 
 
 @pytest.mark.spark
