@@ -118,7 +118,8 @@ def _split_keys(df: DataFrame, key_columns: list[str], whole_record: bool) -> li
 
 def _groupable(name: str, kind: DataType) -> Column:
     """Column ``name`` as Spark can group it: a key holding a map (or a variant) as its JSON
-    text, since pyspark before 4 groups no map; rows with equal keys have equal text."""
+    text, since pyspark before 4 groups no map. Maps listing the same entries in another order
+    differ in text, as they do in Spark's hash, which places a repartition's keys."""
     column = F.col("`" + name.replace("`", "``") + "`")
     return F.to_json(column).alias(name) if _holds_map(kind) else column
 
