@@ -156,10 +156,10 @@ class Placement:
         if self.balance and df.isStreaming:
             allowed = "False for a streaming DataFrame (balancing counts the input first)"
             raise ConfigError("balance_keys", self.balance, allowed)
-        if self.assumed and not df.isStreaming:  # a stream's micro-batches: key_ordered_stream's
-            check_partitioned_by_key(df, self.columns, self.whole_record)
         if not self.assumed:
             partitions = key_partitions(df.sparkSession, self.num_partitions)
             place = balanced if self.balance else _hashed
             df = place(df, self.columns, partitions)
+        elif not df.isStreaming:  # a stream's micro-batches: key_ordered_stream checks its own
+            check_partitioned_by_key(df, self.columns, self.whole_record)
         return df.sortWithinPartitions(*self.sort_by) if self.sort_by and not df.isStreaming else df

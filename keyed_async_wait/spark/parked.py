@@ -89,7 +89,11 @@ class _Intake:
     """The partition as operator chunks: ParkedBatch for parked rows, lists for new ones."""
 
     def __init__(
-        self, source: RowSource, key_of: Any, journal: TaskProgress | None = None, keys: set | None = None
+        self,
+        source: RowSource,
+        key_of: Any,
+        journal: TaskProgress | None = None,
+        keys: set[Any] | None = None,
     ) -> None:
         self.source, self.key_of, self.journal = source, key_of, journal
         self.new = self.replayed = 0
