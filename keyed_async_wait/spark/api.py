@@ -29,6 +29,7 @@ from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
 from .balance import Placement
 from .journal import ProgressJournal, journal_prefix
+from .key_hash import holds_map
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
@@ -398,7 +399,7 @@ def _key_ordered_stream(
     check_positive_int("replay_rows", state["replay_rows"], optional=True)
     check_positive_int("state_window", state["state_window"])
     check_bool("assume_partitioned", state["assume_partitioned"])
-    _check_state_types(df.schema)
+    _check_state_types(df.schema, columns)
     if on_error != "fail" and edge["error_column"] is None:
         edge = {**edge, "error_column": "_error"}  # failed or too long deferred rows: with their cause
     defer = defer_policy(on_error, state["defer"], state["max_defer_age"])
@@ -442,9 +443,18 @@ def _journal_of(fn: Any, journal: Any, checkpoint: str) -> dict[str, Any]:
     return {"journal": journal, "journal_prefix": journal_prefix(checkpoint)}
 
 
-def _check_state_types(schema: StructType) -> None:
-    """Parked rows are kept as parquet, which Spark cannot write for a TIME value."""
+def _check_state_types(schema: StructType, keys: list[str]) -> None:
+    """Parked rows are kept as parquet, which Spark cannot write for a TIME value; their keys
+    are compared with a micro-batch's in joins and distinct sets, which take no map."""
     for field in schema.fields:
+        if field.name in keys and holds_map(field.dataType):
+            raise ConfigError(
+                f"key column {field.name!r}",
+                field.dataType.simpleString(),
+                "a type Spark compares: key_ordered_stream joins a micro-batch's keys with its "
+                "parked keys, and Spark compares no MAP (nor a VARIANT); key by to_json of it, "
+                "or by other columns",
+            )
         if "time(" in field.dataType.simpleString().replace("timestamp", ""):
             raise ConfigError(
                 f"column {field.name!r}",

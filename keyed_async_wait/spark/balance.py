@@ -32,6 +32,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..core.checks import check_bool
 from ..core.exceptions import ConfigError
+from .key_hash import placement_columns
 from .key_spread import check_partitioned_by_key
 from .session import key_partitions
 
@@ -96,7 +97,7 @@ def balanced(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
 
 def _hashed(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
     """``df`` in ``partitions`` partitions by the hash of ``columns`` (Spark's own placement)."""
-    return df.repartition(partitions, *columns)
+    return df.repartition(partitions, *placement_columns(df.schema, columns))
 
 
 def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFrame | None:
@@ -104,7 +105,7 @@ def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFra
     None past :data:`MAX_KEYS` distinct keys (logged)."""
     # counted in as many tasks as the wait's partitions (the shuffle partitions, 200 by
     # default, cost more than the count here)
-    keyed = df.repartition(partitions, *columns)
+    keyed = df.repartition(partitions, *placement_columns(df.schema, columns))
     counted = keyed.groupBy(*columns).count().limit(MAX_KEYS + 1).collect()
     if len(counted) > MAX_KEYS:
         log.warning(
@@ -124,7 +125,7 @@ def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFra
 def placed_by(df: DataFrame, columns: list[str], partitions: int, mapping: DataFrame) -> DataFrame:
     """``df`` repartitioned by ``mapping``'s labels; a key it lacks (or a NULL key, which no
     equality matches) by a hash of the key."""
-    by_key = F.coalesce(F.col(_LABEL), F.hash(*columns).cast("long"))
+    by_key = F.coalesce(F.col(_LABEL), F.hash(*placement_columns(df.schema, columns)).cast("long"))
     joined = df.join(F.broadcast(mapping), on=columns, how="left").select(*df.columns, _LABEL)
     return joined.repartition(partitions, by_key).drop(_LABEL)
 

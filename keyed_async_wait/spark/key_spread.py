@@ -27,9 +27,10 @@ from typing import Any
 from pyspark import AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import DataType
 
 from ..core.exceptions import ConfigError
+from .key_hash import holds_map, in_key_order, quoted
 from .metrics import is_connect
 
 __all__ = ["KeySpread", "check_key_spread", "check_partitioned_by_key", "key_spread"]
@@ -118,18 +119,10 @@ def _split_keys(df: DataFrame, key_columns: list[str], whole_record: bool) -> li
 
 def _groupable(name: str, kind: DataType) -> Column:
     """Column ``name`` as Spark can group it: a key holding a map (or a variant) as its JSON
-    text, since pyspark before 4 groups no map. Maps listing the same entries in another order
-    differ in text, as they do in Spark's hash, which places a repartition's keys."""
-    column = F.col("`" + name.replace("`", "``") + "`")
-    return F.to_json(column).alias(name) if _holds_map(kind) else column
-
-
-def _holds_map(kind: DataType) -> bool:
-    if isinstance(kind, MapType) or type(kind).__name__ == "VariantType":
-        return True
-    if isinstance(kind, ArrayType):
-        return _holds_map(kind.elementType)
-    return isinstance(kind, StructType) and any(_holds_map(f.dataType) for f in kind.fields)
+    text, each map's entries sorted by key (pyspark before 4 groups no map, and maps listing
+    the same entries in another order are one key: :mod:`.key_hash`)."""
+    column = F.col(quoted(name))
+    return F.to_json(in_key_order(column, kind)).alias(name) if holds_map(kind) else column
 
 
 def _named(split: list[Any], key_columns: list[str]) -> str:

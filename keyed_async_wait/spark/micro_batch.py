@@ -41,6 +41,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from .key_hash import placement_columns
 from .key_spread import check_key_spread, key_spread
 from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
@@ -186,7 +187,7 @@ class MicroBatch:
             behind, run_new = None, new
             if replay.carried_keys is not None and not (self.heartbeat and new.isEmpty()):
                 # (only a heartbeat makes micro-batches without input: then no row parks behind a key)
-                keyed = new.repartition(n, *self.key_columns)  # partitioned as the carried keys are
+                keyed = new.repartition(n, *self._placed())  # partitioned as the carried keys are
                 carried = joined_by_key(replay.carried_keys)
                 behind = keyed.join(carried, self.key_columns, "left_semi")
                 run_new = keyed.join(carried, self.key_columns, "left_anti")
@@ -254,11 +255,15 @@ class MicroBatch:
         reordered the new ones; ordered by ``order_by`` alone, or left in arrival order, and
         with ``assume_partitioned`` left in the source's partitions: no shuffle)."""
         if only_new:
-            keyed = both if self.assume_partitioned else both.repartition(n, *self.key_columns)
+            keyed = both if self.assume_partitioned else both.repartition(n, *self._placed())
             return keyed.sortWithinPartitions(*self.order_by) if self.order_by else keyed
-        keyed = both.repartition(n, *self.key_columns)
+        keyed = both.repartition(n, *self._placed())
         origin = F.when(_state().isNull(), F.lit(1)).otherwise(F.lit(0))
         return keyed.sortWithinPartitions(origin, _state().seg, _state().order, *self.order_by)
+
+    def _placed(self) -> list[Any]:
+        """What the rows are repartitioned by to place each key's rows together."""
+        return placement_columns(self.state_schema, self.key_columns)
 
     def _replay(self, previous: Version | None, batch_id: int, n: int) -> _Replay:
         """Which parked keys run now (due, oldest first, within the budget) and which stay."""

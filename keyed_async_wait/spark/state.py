@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.exceptions import ConfigError, KeyedAsyncWaitError
+from .key_hash import placement_columns
 from .metrics import is_connect
 from .parts import Part, read_parts, write_part
 from .small_files import committed_batches, driver_disk_folder, file_sizes, read_text, write_text
@@ -307,12 +308,13 @@ class ParkedStore:
         # one scan over every segment (and one over every removal set), each row tagged with
         # the micro-batch that wrote it, found from its file's slot: a union of one scan per
         # part made a plan, code-generated afresh each micro-batch, that grew with the window
-        rows = self._scan("seg", segments, "_kaw_file", spark_schema=schema).repartition(partitions, *keys)
+        placed = placement_columns(schema, list(keys))
+        rows = self._scan("seg", segments, "_kaw_file", spark_schema=schema).repartition(partitions, *placed)
         if version.removals:
             removed = (
                 self._scan("rm", version.removals, "_kaw_removed")
                 .select(*keys, "_kaw_removed")
-                .repartition(partitions, *keys)
+                .repartition(partitions, *placed)
             )
             # plain equality (a parked key is never NULL: the worker refuses NULL keys, and a row
             # parks behind a key only by an equality join), so the join keeps the partitioning

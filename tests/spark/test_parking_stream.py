@@ -282,6 +282,9 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         AsyncDataStream.key_ordered_stream(
             stream, logged_users(url), "order_id", assume_partitioned="yes", **common
         )
+    mapped = spark.readStream.schema("order_id map<string,int>, seq long").json(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"key column 'order_id'='map<string,int>' .*compares no MAP"):
+        AsyncDataStream.key_ordered_stream(mapped, logged_users(url), "order_id", **common)
 
 
 def test_the_sink_plans_with_the_users_code_generation_and_adaptive_settings(

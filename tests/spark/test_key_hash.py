@@ -1,0 +1,76 @@
+"""Maps listing the same entries in another order are one key: placed in one partition, and
+grouped as one by the check of ``assume_partitioned`` (Spark 3.5 hashes a map's entries in the
+order they are listed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from keyed_async_wait import AsyncDataStream, ConfigError
+from keyed_async_wait.spark.key_hash import placement_columns
+from keyed_async_wait.spark.key_spread import check_partitioned_by_key
+
+pytestmark = [pytest.mark.spark, pytest.mark.compat("map keys placed whole")]
+
+KEYS = 20
+
+
+def _two_orders(spark: Any) -> Any:
+    """Per key ``i``: a row whose maps list ``a`` first, and one whose maps list ``b`` first (a
+    map key, and a struct of an array of maps of maps)."""
+    return spark.sql(
+        f"SELECT id % {KEYS} AS i, id AS v, "
+        f"IF(id < {KEYS}, map('a', id % {KEYS}, 'b', 2), map('b', 2, 'a', id % {KEYS})) AS m, "
+        f"named_struct('l', array(IF(id < {KEYS}, map('x', map('a', 1, 'b', id % {KEYS})), "
+        f"map('x', map('b', id % {KEYS}, 'a', 1))))) AS s "
+        f"FROM range({2 * KEYS})"
+    )
+
+
+def _partitions(df: Any) -> dict[int, set[int]]:
+    seen: dict[int, set[int]] = defaultdict(set)
+    for row in df.select("i", F.spark_partition_id().alias("p")).collect():
+        seen[row.i].add(row.p)
+    return seen
+
+
+@pytest.mark.parametrize("key", [["m"], ["s"], ["m", "s"]])
+def test_a_repartition_by_the_placement_puts_each_map_key_in_one_partition(
+    spark: Any, key: list[str]
+) -> None:
+    df = _two_orders(spark)
+    placed = _partitions(df.repartition(7, *placement_columns(df.schema, key)))
+    assert len(placed) == KEYS
+    assert all(len(parts) == 1 for parts in placed.values()), placed
+    assert placement_columns(df.schema, ["i", "v"]) == ["i", "v"]  # no map: the names themselves
+
+
+async def _echo(row: dict[str, Any]) -> dict[str, Any]:
+    return {"w": row["v"]}
+
+
+def test_key_ordered_wait_runs_a_map_key_in_one_task_whatever_order_its_entries_are_listed(
+    spark: Any,
+) -> None:
+    out = AsyncDataStream.key_ordered_wait(
+        _two_orders(spark), _echo, "m", order_by="v", num_partitions=7, output_schema="w long"
+    )
+    placed = _partitions(out)
+    assert len(placed) == KEYS
+    assert all(len(parts) == 1 for parts in placed.values()), placed
+    assert sorted(row.w for row in out.select("w").collect()) == list(range(2 * KEYS))
+
+
+def test_the_partitioned_check_finds_a_map_key_split_over_its_two_orders(spark: Any) -> None:
+    def listed_both_ways(partitions: int) -> Any:  # row 0 in partition 0; row 1 in the last
+        return spark.range(0, 2, 1, partitions).selectExpr(
+            "id AS v", "IF(id = 0, map('a', 3, 'b', 2), map('b', 2, 'a', 3)) AS m"
+        )
+
+    check_partitioned_by_key(listed_both_ways(1), ["m"])
+    with pytest.raises(ConfigError, match=r"key '\{\"a\":3,\"b\":2\}' in partitions \[0, 1\]"):
+        check_partitioned_by_key(listed_both_ways(2), ["m"])
