@@ -42,6 +42,13 @@ def waits(spark: Any, url: str, *_: str) -> None:
         df.repartition(3, "order_id"), users(url), "order_id", order_by="seq", assume_partitioned=True
     )
     assert sorted(r.seq for r in placed.collect()) == list(range(300))
+    mapped = spark.sql(  # one key listed two ways: placed whole (Spark 3.5 hashes the listing)
+        "SELECT id AS seq, id % 40 AS user_id, "
+        "IF(id < 150, map('a', id % 7, 'b', 2), map('b', 2, 'a', id % 7)) AS m FROM range(300)"
+    )
+    by_map = AsyncDataStream.key_ordered_wait(mapped, users(url), "m", order_by="seq", num_partitions=7)
+    where = by_map.selectExpr("m['a'] AS k", "spark_partition_id() AS p").distinct().collect()
+    assert sorted(r.k for r in where) == list(range(7)), where
     try:
         AsyncWaitMetrics(spark, via="accumulators")
     except ConfigError as exc:
