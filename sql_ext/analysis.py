@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.spark.key_hash import check_byte_for_byte, holds_map
 from keyed_async_wait.spark.options import ERROR_STRUCT
 
 from .buckets import DEFAULT_BUCKETS, bucket_expression
@@ -133,6 +134,7 @@ def analyze(
         fields.append(StructField(error_column, ERROR_STRUCT, True))
     partition_by, order_columns = [], []
     if shape.update_stream:
+        _check_key_types(input_schema, _constant("upsert_key", upsert_key), list(shape.key), order)
         hashed = ", ".join(_quoted(c) for c in shape.key)
         partition_by = [PartitioningColumn(bucket_expression(hashed, count, spread))]
         order_columns = [OrderingColumn(_quoted(c)) for c in order]
@@ -148,6 +150,19 @@ def analyze(
         join=mode,
         error_column=error_column,
     )
+
+
+def _check_key_types(schema: Any, upsert_key: Any, key: list[str], order: tuple[str, ...]) -> None:
+    """The update stream's key is hashed into buckets and compared in the task: no map (Spark
+    hashes a map's entries in the order listed) and no string compared other than byte for byte."""
+    types = {field.name: field.dataType for field in schema.fields}
+    mapped = [c for c in key if holds_map(types[c])]
+    if mapped:
+        allowed = f"columns Spark hashes by value: {mapped[0]!r} holds a MAP (hashed in the order its "
+        allowed += "entries are listed); key by to_json of it, or by other columns"
+        raise TableArgumentError("upsert_key", upsert_key, allowed)
+    check_byte_for_byte(schema, "upsert_key", upsert_key, key)
+    check_byte_for_byte(schema, "order_by", ", ".join(order), list(order))
 
 
 def _error_column(value: Any, columns: tuple[str, ...], results: list[str]) -> str | None:

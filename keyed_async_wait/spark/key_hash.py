@@ -7,15 +7,27 @@ key could put its rows in two partitions, run by two tasks at once. Every placem
 therefore hashes a key holding a map (at any depth: in an array, a struct, a map's values) with
 each map's entries sorted by their key; any other key column is hashed as it is, so its plan is
 the one Spark makes for the column's name.
+
+A string with a collation other than ``UTF8_BINARY`` (Spark 4: ``UTF8_LCASE``, ``UNICODE_CI``,
+a trimming one) is refused as a key or an ``order_by`` column (:func:`check_byte_for_byte`):
+Spark places and groups ``'abc'`` and ``'ABC'`` as one such key, while a task compares keys,
+and sorts, byte for byte, so their order would be lost with no error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructType
 
-__all__ = ["holds_map", "in_key_order", "placement_columns", "quoted"]
+from ..core.exceptions import ConfigError
+
+__all__ = ["check_byte_for_byte", "holds_map", "in_key_order", "placement_columns", "quoted"]
+
+_BINARY = "UTF8_BINARY"
 
 
 def placement_columns(schema: StructType, key_columns: list[str]) -> list[str | Column]:
@@ -51,6 +63,37 @@ def in_key_order(column: Column, kind: DataType) -> Column:
         fields = [in_key_order(column[f.name], f.dataType).alias(f.name) for f in kind.fields]
         return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
     return column
+
+
+def check_byte_for_byte(schema: StructType, option: str, value: Any, columns: Sequence[str]) -> None:
+    """Raise a :class:`ConfigError` naming ``option`` when one of ``columns`` holds a string
+    with a collation that does not compare byte for byte."""
+    types = {field.name: field.dataType for field in schema.fields}
+    for name in columns:
+        collation = _collation(types[name])
+        if collation is not None:
+            raise ConfigError(
+                option,
+                value,
+                f"columns compared byte for byte: column {name!r} holds strings of collation "
+                f"{collation}, which Spark groups as equal when their bytes differ (a task compares "
+                f"and sorts them byte for byte); give collate({name}, '{_BINARY}'), or a normal "
+                f"form such as lower({name}), instead",
+            )
+
+
+def _collation(kind: DataType) -> str | None:
+    """The first collation other than UTF8_BINARY in a value of ``kind`` (None: none)."""
+    if isinstance(kind, StringType):
+        collation = getattr(kind, "collation", _BINARY)  # pyspark 3.5 has none
+        return None if collation == _BINARY else str(collation)
+    if isinstance(kind, ArrayType):
+        return _collation(kind.elementType)
+    if isinstance(kind, MapType):
+        return _collation(kind.keyType) or _collation(kind.valueType)
+    if isinstance(kind, StructType):
+        return next((c for f in kind.fields if (c := _collation(f.dataType)) is not None), None)
+    return None
 
 
 def holds_map(kind: DataType) -> bool:

@@ -23,6 +23,7 @@ from ..core.parking import DeferPolicy
 from ..core.spec import WaitSpec
 from ..runtime.backend import declared_inputs, declared_output_schema
 from .compat import arrow_type, parse_schema
+from .key_hash import check_byte_for_byte
 from .metrics import TASK_COLUMN, AsyncWaitMetrics, task_struct
 from .plan import Plan, plan_of
 from .session import session_time_zone, session_view
@@ -97,6 +98,7 @@ def key_columns(df: DataFrame, key: Any) -> list[str]:
         raise ConfigError(
             "key", key, f"columns of the DataFrame ({', '.join(df.columns)}); missing: {missing}"
         )
+    check_byte_for_byte(df.schema, "key", key, columns)
     return list(columns)
 
 
@@ -107,6 +109,7 @@ def order_columns(df: DataFrame, order_by: str | Sequence[str] | None) -> list[s
     absent = [c for c in sort_by if c not in df.columns]
     if absent:
         raise ConfigError("order_by", order_by, f"columns of the DataFrame; missing: {absent}")
+    check_byte_for_byte(df.schema, "order_by", order_by, sort_by)
     return sort_by
 
 

@@ -1,6 +1,7 @@
-"""Maps listing the same entries in another order are one key: placed in one partition, and
-grouped as one by the check of ``assume_partitioned`` (Spark 3.5 hashes a map's entries in the
-order they are listed)."""
+"""Keys as Spark compares them: maps listing the same entries in another order are one key,
+placed in one partition and grouped as one by the check of ``assume_partitioned`` (Spark 3.5
+hashes a map's entries in the order they are listed); a string key or ``order_by`` column
+with a collation that is not byte for byte is refused at the call (Spark 4)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from keyed_async_wait import AsyncDataStream, ConfigError
+from keyed_async_wait.spark.compat import pyspark_version
 from keyed_async_wait.spark.key_hash import placement_columns
 from keyed_async_wait.spark.key_spread import check_partitioned_by_key
 
@@ -74,3 +76,42 @@ def test_the_partitioned_check_finds_a_map_key_split_over_its_two_orders(spark: 
     check_partitioned_by_key(listed_both_ways(1), ["m"])
     with pytest.raises(ConfigError, match=r"key '\{\"a\":3,\"b\":2\}' in partitions \[0, 1\]"):
         check_partitioned_by_key(listed_both_ways(2), ["m"])
+
+
+@pytest.mark.skipif(pyspark_version() < (4, 0), reason="collations came with Spark 4")
+def test_a_collated_key_or_order_is_refused_at_the_call_and_a_binary_one_runs(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Spark places and groups 'abc' and 'ABC' as one UTF8_LCASE key, which a task would run
+    as two keys at once (it compares bytes): refused, naming the column and its collation."""
+    df = spark.sql(
+        "SELECT id AS v, collate(IF(id % 2 = 0, 'abc', 'ABC'), 'UTF8_LCASE') AS k, "
+        "array(collate('x', 'UNICODE_CI')) AS ks FROM range(6)"
+    )
+    wait = AsyncDataStream.key_ordered_wait
+    with pytest.raises(ConfigError, match=r"key='k' .*column 'k' holds strings of collation UTF8_LCASE"):
+        wait(df, _echo, "k", output_schema="w long")
+    with pytest.raises(ConfigError, match=r"key=.*column 'ks' holds strings of collation UNICODE_CI"):
+        wait(df, _echo, ["v", "ks"], output_schema="w long")
+    with pytest.raises(ConfigError, match=r"order_by='k' .*collation UTF8_LCASE"):
+        wait(df, _echo, "v", order_by="k", output_schema="w long")
+    stream = spark.readStream.schema(df.schema).parquet(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"key='k' .*collation UTF8_LCASE"):
+        AsyncDataStream.key_ordered_stream(
+            stream,
+            _echo,
+            "k",
+            sink=lambda out, batch_id: None,
+            checkpoint_location=str(tmp_path / "cp"),
+            output_schema="w long",
+        )
+    binary = df.withColumn("k", F.expr("collate(k, 'UTF8_BINARY')"))
+    out = wait(binary, _echo, "k", order_by="v", output_schema="w long")
+    assert sorted((r.k, r.w) for r in out.collect()) == [
+        ("ABC", 1),
+        ("ABC", 3),
+        ("ABC", 5),
+        ("abc", 0),
+        ("abc", 2),
+        ("abc", 4),
+    ]

@@ -313,6 +313,10 @@ def test_a_bad_setting_fails_before_any_lookup(
         ("async_lookup(TABLE(orders), 'users', order_by => 'seq')", "only with an update stream"),
         ("async_lookup(TABLE(orders), 'users', upsert_key => 'order_id', buckets => 0)", "buckets=0"),
         ("async_lookup(TABLE(orders), 'users', change_column => 'op')", "change_column='op'"),
+        (
+            "async_lookup(TABLE(SELECT *, map('a', order_id) AS m FROM orders), 'users', upsert_key => 'm')",
+            "'m' holds a MAP (hashed in the order its entries are listed)",
+        ),
         ("async_lookup(TABLE(orders), 'users', error_column => 'seq')", "no table column"),
         ("async_lookup(TABLE(orders), 'users', error_column => 'a b')", "error_column='a b'"),
     ],
@@ -326,6 +330,24 @@ def test_bad_table_function_calls_fail_at_analysis(
     with pytest.raises(Exception) as failure:
         sql(f"SELECT * FROM {call}")
     assert message in str(failure.value)
+    assert state.requests == 0
+
+
+@pytest.mark.skipif(pyspark_version() < (4, 0), reason="collations came with Spark 4")
+def test_an_update_stream_keyed_or_ordered_by_a_collated_string_fails_at_analysis(
+    spark: Any, sql: Any, service: Any, orders: Any
+) -> None:
+    """Spark hashes 'abc' and 'ABC' of UTF8_LCASE into one bucket, which a task would run as
+    two keys at once."""
+    url, state = service
+    sql_ext.install(spark, {"users": users(url)})
+    collated = "TABLE(SELECT *, collate(CAST(order_id AS STRING), 'UTF8_LCASE') AS c FROM orders)"
+    for args, message in [
+        ("upsert_key => 'c'", "upsert_key='c' .*column 'c' holds strings of collation UTF8_LCASE"),
+        ("upsert_key => 'order_id', order_by => 'c'", "order_by='c' .*collation UTF8_LCASE"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            sql(f"SELECT * FROM async_lookup({collated}, 'users', {args})")
     assert state.requests == 0
 
 
