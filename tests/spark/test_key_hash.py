@@ -65,6 +65,10 @@ def test_key_ordered_wait_runs_a_map_key_in_one_task_whatever_order_its_entries_
     assert len(placed) == KEYS
     assert all(len(parts) == 1 for parts in placed.values()), placed
     assert sorted(row.w for row in out.select("w").collect()) == list(range(2 * KEYS))
+    with pytest.raises(ConfigError, match=r"balance_keys=True .*a key holding a MAP"):
+        AsyncDataStream.key_ordered_wait(
+            _two_orders(spark), _echo, "m", balance_keys=True, output_schema="w long"
+        )
 
 
 def test_the_partitioned_check_finds_a_map_key_split_over_its_two_orders(spark: Any) -> None:
