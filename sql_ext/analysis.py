@@ -134,7 +134,7 @@ def analyze(
         fields.append(StructField(error_column, ERROR_STRUCT, True))
     partition_by, order_columns = [], []
     if shape.update_stream:
-        _check_key_types(input_schema, _constant("upsert_key", upsert_key), list(shape.key), order)
+        _check_key_types(input_schema, _constant("upsert_key", upsert_key), list(shape.key))
         hashed = ", ".join(_quoted(c) for c in shape.key)
         partition_by = [PartitioningColumn(bucket_expression(hashed, count, spread))]
         order_columns = [OrderingColumn(_quoted(c)) for c in order]
@@ -152,9 +152,10 @@ def analyze(
     )
 
 
-def _check_key_types(schema: Any, upsert_key: Any, key: list[str], order: tuple[str, ...]) -> None:
+def _check_key_types(schema: Any, upsert_key: Any, key: list[str]) -> None:
     """The update stream's key is hashed into buckets and compared in the task: no map (Spark
-    hashes a map's entries in the order listed) and no string compared other than byte for byte."""
+    hashes a map's entries in the order listed) and no string compared other than byte for byte
+    (``order_by`` is Spark's to sort, by the collation)."""
     types = {field.name: field.dataType for field in schema.fields}
     mapped = [c for c in key if holds_map(types[c])]
     if mapped:
@@ -162,7 +163,6 @@ def _check_key_types(schema: Any, upsert_key: Any, key: list[str], order: tuple[
         allowed += "entries are listed); key by to_json of it, or by other columns"
         raise TableArgumentError("upsert_key", upsert_key, allowed)
     check_byte_for_byte(schema, "upsert_key", upsert_key, key)
-    check_byte_for_byte(schema, "order_by", ", ".join(order), list(order))
 
 
 def _error_column(value: Any, columns: tuple[str, ...], results: list[str]) -> str | None:

@@ -9,9 +9,10 @@ each map's entries sorted by their key; any other key column is hashed as it is,
 the one Spark makes for the column's name.
 
 A string with a collation other than ``UTF8_BINARY`` (Spark 4: ``UTF8_LCASE``, ``UNICODE_CI``,
-a trimming one) is refused as a key or an ``order_by`` column (:func:`check_byte_for_byte`):
-Spark places and groups ``'abc'`` and ``'ABC'`` as one such key, while a task compares keys,
-and sorts, byte for byte, so their order would be lost with no error.
+a trimming one) is refused as a key (:func:`check_byte_for_byte`): Spark places and groups
+``'abc'`` and ``'ABC'`` as one such key, while a task compares keys byte for byte, so their
+order would be lost with no error. So too as an ``order_by`` column that the tasks sort (a
+streaming DataFrame's ``key_ordered_wait``): elsewhere Spark sorts, by the collation.
 """
 
 from __future__ import annotations

@@ -109,7 +109,6 @@ def order_columns(df: DataFrame, order_by: str | Sequence[str] | None) -> list[s
     absent = [c for c in sort_by if c not in df.columns]
     if absent:
         raise ConfigError("order_by", order_by, f"columns of the DataFrame; missing: {absent}")
-    check_byte_for_byte(df.schema, "order_by", order_by, sort_by)
     return sort_by
 
 
@@ -144,6 +143,8 @@ def make_plan(
     if error_column is not None:
         _check_error_column(df, error_column, results)
         fields.append(StructField(error_column, ERROR_STRUCT, True))
+    if sort_in_task:  # the tasks sort byte for byte (Spark sorts by the collation)
+        check_byte_for_byte(df.schema, "order_by", sort_in_task, sort_in_task)
     if event_time is not None and event_time not in df.columns:
         raise ConfigError("event_time", event_time, f"a column of the DataFrame ({', '.join(df.columns)})")
     observed = metrics is not None and metrics.observed

@@ -87,7 +87,8 @@ def test_a_collated_key_or_order_is_refused_at_the_call_and_a_binary_one_runs(
     spark: Any, tmp_path: Any
 ) -> None:
     """Spark places and groups 'abc' and 'ABC' as one UTF8_LCASE key, which a task would run
-    as two keys at once (it compares bytes): refused, naming the column and its collation."""
+    as two keys at once (it compares bytes): refused, naming the column and its collation; so
+    is such an order_by where the tasks sort (a stream's key_ordered_wait), not where Spark does."""
     df = spark.sql(
         "SELECT id AS v, collate(IF(id % 2 = 0, 'abc', 'ABC'), 'UTF8_LCASE') AS k, "
         "array(collate('x', 'UNICODE_CI')) AS ks FROM range(6)"
@@ -97,9 +98,9 @@ def test_a_collated_key_or_order_is_refused_at_the_call_and_a_binary_one_runs(
         wait(df, _echo, "k", output_schema="w long")
     with pytest.raises(ConfigError, match=r"key=.*column 'ks' holds strings of collation UNICODE_CI"):
         wait(df, _echo, ["v", "ks"], output_schema="w long")
-    with pytest.raises(ConfigError, match=r"order_by='k' .*collation UTF8_LCASE"):
-        wait(df, _echo, "v", order_by="k", output_schema="w long")
     stream = spark.readStream.schema(df.schema).parquet(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"order_by=\['k'\] .*collation UTF8_LCASE"):
+        wait(stream, _echo, "v", order_by="k", output_schema="w long")  # the tasks sort a stream's rows
     with pytest.raises(ConfigError, match=r"key='k' .*collation UTF8_LCASE"):
         AsyncDataStream.key_ordered_stream(
             stream,
@@ -109,6 +110,8 @@ def test_a_collated_key_or_order_is_refused_at_the_call_and_a_binary_one_runs(
             checkpoint_location=str(tmp_path / "cp"),
             output_schema="w long",
         )
+    by_case = wait(df, _echo, "v", order_by="k", output_schema="w long")  # Spark sorts a batch's
+    assert by_case.count() == 6
     binary = df.withColumn("k", F.expr("collate(k, 'UTF8_BINARY')"))
     out = wait(binary, _echo, "k", order_by="v", output_schema="w long")
     assert sorted((r.k, r.w) for r in out.collect()) == [
