@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.spark.key_hash import check_byte_for_byte, holds_map
+from keyed_async_wait.spark.key_hash import check_byte_for_byte, holds_map, quoted
 from keyed_async_wait.spark.options import ERROR_STRUCT
 
 from .buckets import DEFAULT_BUCKETS, bucket_expression
@@ -46,10 +46,6 @@ class LookupAnalysis(_AnalyzeResult):  # type: ignore[misc,valid-type]
     input_schema: Any = None  # the table's StructType
     join: str = "left"
     error_column: str | None = None  # failed rows kept, with their error in this struct column
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _constant(name: str, argument: Any) -> Any:
@@ -135,9 +131,9 @@ def analyze(
     partition_by, order_columns = [], []
     if shape.update_stream:
         _check_key_types(input_schema, _constant("upsert_key", upsert_key), list(shape.key))
-        hashed = ", ".join(_quoted(c) for c in shape.key)
+        hashed = ", ".join(quoted(c) for c in shape.key)
         partition_by = [PartitioningColumn(bucket_expression(hashed, count, spread))]
-        order_columns = [OrderingColumn(_quoted(c)) for c in order]
+        order_columns = [OrderingColumn(quoted(c)) for c in order]
     return LookupAnalysis(
         schema=StructType(fields),
         partitionBy=partition_by,
