@@ -1,7 +1,8 @@
 """Keys as Spark compares them: maps listing the same entries in another order are one key,
 placed in one partition and grouped as one by the check of ``assume_partitioned`` (Spark 3.5
-hashes a map's entries in the order they are listed); a string key or ``order_by`` column
-with a collation that is not byte for byte is refused at the call (Spark 4)."""
+hashes a map's entries in the order they are listed); a string key with a collation that is
+not byte for byte is refused at the call (Spark 4), and so is such an ``order_by`` column where
+the tasks sort."""
 
 from __future__ import annotations
 
