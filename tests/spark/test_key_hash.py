@@ -83,6 +83,7 @@ def test_the_partitioned_check_finds_a_map_key_split_over_its_two_orders(spark: 
         check_partitioned_by_key(listed_both_ways(2), ["m"])
 
 
+@pytest.mark.compat("collated string keys refused")
 @pytest.mark.skipif(pyspark_version() < (4, 0), reason="collations came with Spark 4")
 def test_a_collated_key_or_order_is_refused_at_the_call_and_a_binary_one_runs(
     spark: Any, tmp_path: Any
