@@ -153,12 +153,13 @@ def _check_key_types(schema: Any, upsert_key: Any, key: list[str]) -> None:
     hashes a map's entries in the order listed) and no string compared other than byte for byte
     (``order_by`` is Spark's to sort, by the collation)."""
     types = {field.name: field.dataType for field in schema.fields}
+    whole_row = " (without upsert_key the whole row is the key: declare one)" if upsert_key is None else ""
     mapped = [c for c in key if holds_map(types[c])]
     if mapped:
         allowed = f"columns Spark hashes by value: {mapped[0]!r} holds a MAP (hashed in the order its "
-        allowed += "entries are listed); key by to_json of it, or by other columns"
+        allowed += f"entries are listed); key by to_json of it, or by other columns{whole_row}"
         raise TableArgumentError("upsert_key", upsert_key, allowed)
-    check_byte_for_byte(schema, "upsert_key", upsert_key, key)
+    check_byte_for_byte(schema, "upsert_key", upsert_key, key, hint=whole_row)
 
 
 def _error_column(value: Any, columns: tuple[str, ...], results: list[str]) -> str | None:

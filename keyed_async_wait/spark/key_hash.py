@@ -66,9 +66,11 @@ def in_key_order(column: Column, kind: DataType) -> Column:
     return column
 
 
-def check_byte_for_byte(schema: StructType, option: str, value: Any, columns: Sequence[str]) -> None:
+def check_byte_for_byte(
+    schema: StructType, option: str, value: Any, columns: Sequence[str], hint: str = ""
+) -> None:
     """Raise a :class:`ConfigError` naming ``option`` when one of ``columns`` holds a string
-    with a collation that does not compare byte for byte."""
+    with a collation that does not compare byte for byte (``hint`` ends what it allows)."""
     types = {field.name: field.dataType for field in schema.fields}
     for name in columns:
         collation = _collation(types[name])
@@ -79,7 +81,7 @@ def check_byte_for_byte(schema: StructType, option: str, value: Any, columns: Se
                 f"columns compared byte for byte: column {name!r} holds strings of collation "
                 f"{collation}, which Spark groups as equal when their bytes differ (a task compares "
                 f"and sorts them byte for byte); give collate({name}, '{_BINARY}'), or a normal "
-                f"form such as lower({name}), instead",
+                f"form such as lower({name}), instead{hint}",
             )
 
 

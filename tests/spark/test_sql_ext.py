@@ -317,6 +317,11 @@ def test_a_bad_setting_fails_before_any_lookup(
             "async_lookup(TABLE(SELECT *, map('a', order_id) AS m FROM orders), 'users', upsert_key => 'm')",
             "'m' holds a MAP (hashed in the order its entries are listed)",
         ),
+        (
+            "async_lookup(TABLE(SELECT *, map('a', order_id) AS m, 'insert' AS _change_type FROM orders), "
+            "'users')",
+            "or by other columns (without upsert_key the whole row is the key: declare one)",
+        ),
         ("async_lookup(TABLE(orders), 'users', error_column => 'seq')", "no table column"),
         ("async_lookup(TABLE(orders), 'users', error_column => 'a b')", "error_column='a b'"),
     ],
@@ -344,6 +349,9 @@ def test_an_update_stream_keyed_by_a_collated_string_fails_at_analysis(
     collated = "TABLE(SELECT *, collate(CAST(order_id AS STRING), 'UTF8_LCASE') AS c FROM orders)"
     with pytest.raises(Exception, match=r"upsert_key='c' .*column 'c' holds strings of collation UTF8_LCASE"):
         sql(f"SELECT * FROM async_lookup({collated}, 'users', upsert_key => 'c')")
+    whole_row = collated.replace(" AS c ", " AS c, 'insert' AS _change_type ")
+    with pytest.raises(Exception, match=r"upsert_key=None .*UTF8_LCASE.*the whole row is the key"):
+        sql(f"SELECT * FROM async_lookup({whole_row}, 'users')")
     assert state.requests == 0
 
 
