@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
-from keyed_async_wait.spark.key_hash import check_byte_for_byte, holds_map, quoted
+from keyed_async_wait.spark.key_hash import check_byte_for_byte, map_key, quoted
 from keyed_async_wait.spark.options import ERROR_STRUCT
 
 from .buckets import DEFAULT_BUCKETS, bucket_expression
@@ -152,11 +152,10 @@ def _check_key_types(schema: Any, upsert_key: Any, key: list[str]) -> None:
     """The update stream's key is hashed into buckets and compared in the task: no map (Spark
     hashes a map's entries in the order listed) and no string compared other than byte for byte
     (``order_by`` is Spark's to sort, by the collation)."""
-    types = {field.name: field.dataType for field in schema.fields}
     whole_row = " (without upsert_key the whole row is the key: declare one)" if upsert_key is None else ""
-    mapped = [c for c in key if holds_map(types[c])]
-    if mapped:
-        allowed = f"columns Spark hashes by value: {mapped[0]!r} holds a MAP (hashed in the order its "
+    mapped = map_key(schema, key)
+    if mapped is not None:
+        allowed = f"columns Spark hashes by value: {mapped!r} holds a MAP (hashed in the order its "
         allowed += f"entries are listed); key by to_json of it, or by other columns{whole_row}"
         raise TableArgumentError("upsert_key", upsert_key, allowed)
     check_byte_for_byte(schema, "upsert_key", upsert_key, key, hint=whole_row)

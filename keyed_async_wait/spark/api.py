@@ -29,7 +29,7 @@ from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
 from .balance import Placement
 from .journal import ProgressJournal, journal_prefix
-from .key_hash import holds_map
+from .key_hash import map_key
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
@@ -446,15 +446,16 @@ def _journal_of(fn: Any, journal: Any, checkpoint: str) -> dict[str, Any]:
 def _check_state_types(schema: StructType, keys: list[str]) -> None:
     """Parked rows are kept as parquet, which Spark cannot write for a TIME value; their keys
     are compared with a micro-batch's in joins and distinct sets, which take no map."""
+    mapped = map_key(schema, keys)
+    if mapped is not None:
+        raise ConfigError(
+            f"key column {mapped!r}",
+            schema[mapped].dataType.simpleString(),
+            "a type Spark compares: key_ordered_stream joins a micro-batch's keys with its "
+            "parked keys, and Spark compares no MAP (nor a VARIANT); key by to_json of it, "
+            "or by other columns",
+        )
     for field in schema.fields:
-        if field.name in keys and holds_map(field.dataType):
-            raise ConfigError(
-                f"key column {field.name!r}",
-                field.dataType.simpleString(),
-                "a type Spark compares: key_ordered_stream joins a micro-batch's keys with its "
-                "parked keys, and Spark compares no MAP (nor a VARIANT); key by to_json of it, "
-                "or by other columns",
-            )
         if "time(" in field.dataType.simpleString().replace("timestamp", ""):
             raise ConfigError(
                 f"column {field.name!r}",

@@ -32,7 +32,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..core.checks import check_bool
 from ..core.exceptions import ConfigError
-from .key_hash import holds_map, placement_columns
+from .key_hash import map_key, placement_columns
 from .key_spread import check_partitioned_by_key
 from .session import key_partitions
 
@@ -157,7 +157,7 @@ class Placement:
         if self.balance and df.isStreaming:
             allowed = "False for a streaming DataFrame (balancing counts the input first)"
             raise ConfigError("balance_keys", self.balance, allowed)
-        if self.balance and any(holds_map(f.dataType) for f in df.schema.fields if f.name in self.columns):
+        if self.balance and map_key(df.schema, self.columns) is not None:
             allowed = "False for a key holding a MAP (balancing joins the rows with their keys' places, "
             allowed += "and Spark compares no map); key by to_json of it to balance"
             raise ConfigError("balance_keys", self.balance, allowed)

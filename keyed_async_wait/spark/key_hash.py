@@ -26,7 +26,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StringType, StructTy
 
 from ..core.exceptions import ConfigError
 
-__all__ = ["check_byte_for_byte", "holds_map", "in_key_order", "placement_columns", "quoted"]
+__all__ = ["check_byte_for_byte", "holds_map", "in_key_order", "map_key", "placement_columns", "quoted"]
 
 _BINARY = "UTF8_BINARY"
 
@@ -97,6 +97,13 @@ def _collation(kind: DataType) -> str | None:
     if isinstance(kind, StructType):
         return next((c for f in kind.fields if (c := _collation(f.dataType)) is not None), None)
     return None
+
+
+def map_key(schema: StructType, key_columns: Sequence[str]) -> str | None:
+    """The first of ``key_columns`` holding a map (or a variant), which Spark cannot compare
+    in a join or a set; None when none does."""
+    types = {field.name: field.dataType for field in schema.fields}
+    return next((name for name in key_columns if holds_map(types[name])), None)
 
 
 def holds_map(kind: DataType) -> bool:
