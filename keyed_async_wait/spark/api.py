@@ -271,7 +271,7 @@ class AsyncDataStream:
         Parameters
         ----------
         sink : callable(DataFrame, int)
-            Writes a micro-batch's output; make it idempotent per batch id.
+            Writes a micro-batch's output, all of it; make it idempotent per batch id.
         checkpoint_location : str
             The query's checkpoint; parked state lives in its ``async_state/``.
         assume_partitioned : bool

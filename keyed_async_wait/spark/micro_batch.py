@@ -17,13 +17,13 @@ Micro-batch ``n``:
 4. hands the finished rows to ``sink(df, batch_id)`` (run in the source's partitions, fails if
    a key ran in two of them: :mod:`.key_spread`) and writes version ``n``: a segment with
    the rows parked by this micro-batch (and those of segments leaving the window), the keys it
-   took out of older segments, and its manifest, last;
-5. returns its :class:`BatchReport`, and with ``publish`` also writes it under the checkpoint,
-   where a Spark Connect client reads it.
+   took out of older segments, and its manifest, last (with ``publish``, the manifest also
+   holds the micro-batch's report, where a Spark Connect client reads it);
+5. returns its :class:`BatchReport`.
 
 It holds no session, lock or accumulator between micro-batches: the session is the batch's, and
-the counts come from an accumulator where the session has them (classic) or from the finished
-micro-batch itself (Connect).
+the counts come from an accumulator where the session has them (classic), or else as
+:mod:`.batch_counts` says (Connect).
 """
 
 from __future__ import annotations
@@ -34,22 +34,23 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
-from pyspark import AccumulatorParam, StorageLevel
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
+from .batch_counts import ObservedCounts, counted, task_counts
 from .key_hash import placement_columns
 from .key_spread import check_key_spread, key_spread
-from .metrics import is_connect
 from .parked import STATE_COLUMN, STATE_FIELDS, ParkingPlan
 from .plan_values import at_most, one_row, without_adaptive_stages, without_stage_code
 from .session import key_partitions
 from .state import ParkedStore, Part, StateError, Version, joined_by_key
 
-__all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch", "TaskCounts"]
+__all__ = ["STATE_STRUCT", "TICK", "BatchReport", "MicroBatch"]
 
 log = logging.getLogger(__name__)
 
@@ -81,35 +82,6 @@ def _finished(enriched: DataFrame) -> DataFrame:
 def _state() -> Any:
     """The state column (a Column needs an active session: made on use)."""
     return F.col(STATE_COLUMN)
-
-
-class TaskCounts(AccumulatorParam):
-    """[new rows, replayed rows, peak KiB a task added, rows out, rows parked]: summed, except
-    the peak (the largest). For reports; the state's own counts come from its files."""
-
-    def zero(self, value: list[int]) -> list[int]:
-        return [0] * 5
-
-    def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
-        return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]]
-
-
-def _task_counts(spark: Any) -> Any:
-    """An accumulator for the tasks' counts, or None on Spark Connect (it has none)."""
-    return None if is_connect(spark) else spark.sparkContext.accumulator([0] * 5, TaskCounts())
-
-
-def _counted(enriched: DataFrame, counts: Any) -> tuple[int, int, int]:
-    """(rows out, rows parked, peak KiB a task added) of a micro-batch that ran: from the
-    accumulator, or without one by counting the (persisted) output; the peak is then unknown (0)."""
-    if counts is not None:
-        _, _, peak_kib, rows_out, reparked = counts.value
-        return rows_out, reparked, peak_kib
-    row = enriched.agg(
-        F.count(F.when(_state().isNull(), 1)).alias("out"), F.count(_state()).alias("parked")
-    ).first()
-    assert row is not None
-    return int(row.out), int(row.parked), 0
 
 
 @dataclass(frozen=True)
@@ -160,7 +132,7 @@ class MicroBatch:
     window: int
     heartbeat: bool
     replay_rows: int | None  # None: as many as 4x what got out last time, at least 10,000
-    publish: bool = False  # write each report under the checkpoint (for a Spark Connect client)
+    publish: bool = False  # each report in its manifest (for a Spark Connect client)
     assume_partitioned: bool = False  # the source holds each key's rows in one partition
     whole_record: bool = False  # the key is every input column (a NULL in one is part of it)
     run_id: str = ""
@@ -194,14 +166,18 @@ class MicroBatch:
             both = run_new if replay.rows is None else run_new.unionByName(replay.rows)
             only_new = replay.rows is None and behind is None
             in_place = only_new and self.assume_partitioned  # in the source's partitions: checked
-            counts, spread = _task_counts(spark), key_spread(spark) if in_place else None
+            counts, spread = task_counts(spark), key_spread(spark) if in_place else None
+            # Connect: counted as the sink's job runs (partitions known: repartitioned into n)
+            observed = None if in_place else ObservedCounts.made(spark, n)
             parking = replace(self.parking, batch_id=batch_id, counts=counts, spread=spread)
             ordered = self._ordered(both, n, only_new=only_new)
             with without_adaptive_stages(spark) if only_new else contextlib.nullcontext():
-                enriched = self.build(ordered, parking).persist(StorageLevel.MEMORY_AND_DISK)
+                built = self.build(ordered, parking)
+                built = built if observed is None else observed.on(built)
+                enriched = built.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(_finished(enriched), batch_id)
-            rows_out, reparked, peak_kib = _counted(enriched, counts)  # the sink ran every task
+            rows_out, reparked, peak_kib = counted(enriched, counts, observed)  # the sink ran every task
             if in_place:  # before anything is committed
                 check_key_spread(enriched, self.key_columns, spread, batch_id, self.whole_record)
             aged = self.store.aged(batch_id, previous)
@@ -209,38 +185,24 @@ class MicroBatch:
             plans = reparked > 0 or behind is not None or bool(aged) or replay.selected is not None
             with without_stage_code(spark) if plans else contextlib.nullcontext():
                 written = self._write_parts(enriched, behind, previous, replay, batch_id, reparked, n, aged)
+                counted_rows = (rows_out, reparked, peak_kib)
+                report_of = partial(_report, batch_id, replay, counted_rows, started, self.run_id)
                 version = self._store.commit(
                     batch_id,
                     previous,
                     written,
                     replay.replayed,
                     replay.carried == 0 and previous is not None,
+                    # Connect: the report goes in the manifest, which the client reads
+                    note=(lambda v: asdict(report_of(v))) if self.publish else None,
                 )
         finally:
             enriched.unpersist()
             if replay.heads is not None:
                 replay.heads.unpersist()
-        segment = (
-            version.segments[-1] if version.segments and version.segments[-1].batch == batch_id else None
-        )
-        fresh = segment.fresh if segment is not None else 0
-        ran_new = rows_out + reparked - replay.replayed  # every row run leaves: finished or parked
-        report = BatchReport(
-            batch_id,
-            rows_in=ran_new + fresh - reparked,  # those run, and those parked behind a key
-            replayed=replay.replayed,
-            rows_out=rows_out,
-            parked=version.rows,
-            seconds=time.monotonic() - started,
-            carried=replay.carried,
-            written=segment.rows if segment is not None else 0,
-            peak_task_mib=round(peak_kib / 1024, 1),
-            run=self.run_id,
-        )
+        report = report_of(version)
         self._last_out = rows_out
         log.info("key_ordered_stream: %s", report)
-        if self.publish:
-            self._store.publish(batch_id, report.to_json())
         return report
 
     @property
@@ -353,6 +315,34 @@ class MicroBatch:
         if replay.selected is not None and replay.carried:  # other keys stay in the older segments
             written["rm"] = self.store.write("rm", replay.selected, batch_id)
         return written
+
+
+def _report(
+    batch_id: int,
+    replay: _Replay,
+    counts: tuple[int, int, int],
+    started: float,
+    run: str,
+    version: Version,
+) -> BatchReport:
+    """Micro-batch ``batch_id``'s report, once ``version`` is made: ``counts`` are its rows out,
+    rows parked and the peak KiB a task added."""
+    rows_out, reparked, peak_kib = counts
+    segment = version.segments[-1] if version.segments and version.segments[-1].batch == batch_id else None
+    fresh = segment.fresh if segment is not None else 0
+    ran_new = rows_out + reparked - replay.replayed  # every row run leaves: finished or parked
+    return BatchReport(
+        batch_id,
+        rows_in=ran_new + fresh - reparked,  # those run, and those parked behind a key
+        replayed=replay.replayed,
+        rows_out=rows_out,
+        parked=version.rows,
+        seconds=time.monotonic() - started,
+        carried=replay.carried,
+        written=segment.rows if segment is not None else 0,
+        peak_task_mib=round(peak_kib / 1024, 1),
+        run=run,
+    )
 
 
 def _cutoff(summary: list[Any], budget: int) -> int | None:

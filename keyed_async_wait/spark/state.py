@@ -12,8 +12,9 @@ Layout (``S = window + keep`` slots, a micro-batch ``n`` uses slot ``n % S``):
 - ``rm/<slot>/``: parquet, the keys micro-batch ``n`` took out of the older segments (it
   replayed them); a row of segment ``f`` is live unless its key is in a removal ``k > f``.
 - ``manifest/<slot>/``: the version ``n`` itself (JSON), written last: which segments and
-  removals make it up, their row counts, their files and the files' sizes.
-- ``report/<slot>/``: on Spark Connect, micro-batch ``n``'s report (JSON), for the client.
+  removals make it up, their row counts, their files and the files' sizes; on Spark Connect
+  also micro-batch ``n``'s report, for the client (in the one file: on Connect each small file
+  is a Spark job of its own). Earlier releases wrote the report in ``report/<slot>/``.
 
 Invariants. Micro-batch ``n`` reads version ``n - 1`` and only that: it is the one the last
 committed micro-batch wrote (Spark runs ``n`` only once ``n - 1`` committed, and re-runs ``n``
@@ -30,10 +31,10 @@ path and the micro-batch, before any lookup or sink call: never a silent fallbac
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -87,8 +88,9 @@ class Version:
         tries = [p.earliest_try for p in self.segments]
         return None if not tries or None in tries else min(t for t in tries if t is not None)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+    def to_json(self, report: dict[str, Any] | None = None) -> str:
+        data = asdict(self) if report is None else {**asdict(self), "report": report}
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Version:
@@ -355,10 +357,12 @@ class ParkedStore:
         written: Mapping[str, Part | None],
         replayed: int,
         all_replayed: bool,
+        note: Callable[[Version], dict[str, Any]] | None = None,
     ) -> Version:
         """Version ``batch_id``, from ``previous``, the parts written (``"seg"``, ``"rm"``: as
         :meth:`write` returned them) and the rows replayed (``all_replayed``: every key of
-        ``previous`` was); its manifest written last."""
+        ``previous`` was); its manifest written last, with ``note(version)`` as its report when
+        given (readers of a version ignore it)."""
         assert self.layout is not None
         parts = {(kind, batch_id): part for kind, part in written.items() if part is not None}
         unread = [(kind, batch_id) for kind, part in written.items() if part is None]
@@ -375,20 +379,18 @@ class ParkedStore:
         fresh = segment.fresh if segment is not None else 0
         rows = (previous.rows if previous is not None else 0) - replayed + fresh
         version = Version(batch_id, rows, tuple(segments), tuple(removals))
-        write_text(self.spark, self.path("manifest", batch_id), version.to_json(), known=self._known())
+        text = version.to_json() if note is None else version.to_json(report=note(version))
+        write_text(self.spark, self.path("manifest", batch_id), text, known=self._known())
         self._last = version
         return version
 
     # ------------------------------------------------------------------ reports
 
-    def publish(self, batch_id: int, text: str) -> None:
-        """Write micro-batch ``batch_id``'s report (one slot per micro-batch, as for versions)."""
-        write_text(self.spark, self.path("report", batch_id), text, known=self._known())
-
     def published(self) -> list[str]:
-        """The reports in every slot, one per line (empty when there are none)."""
-        text = read_text(self.spark, f"{self.root}/report/*")
-        return text.splitlines() if text else []
+        """The reports the manifests in every slot carry (JSON, one each; empty when none do)."""
+        text = read_text(self.spark, f"{self.root}/manifest/*")
+        found = [json.loads(line).get("report") for line in (text.splitlines() if text else [])]
+        return [json.dumps(report, sort_keys=True) for report in found if report is not None]
 
     def _kept(self, batch_id: int, previous: Version | None) -> tuple[list[Part], list[Part]]:
         """The previous version's segments still in the window, and its removals."""

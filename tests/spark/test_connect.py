@@ -52,6 +52,13 @@ def test_key_ordered_stream_on_spark_connect(connect_url: str, service: Any, tmp
     assert state.fail_count == 0, "the outage was seen"
 
 
+def test_a_micro_batchs_counts_are_observed_and_trusted_only_when_every_partition_reported(
+    connect_url: str, service: Any
+) -> None:
+    url, _ = service
+    _client("counts", connect_url, url)
+
+
 def test_the_sql_extension_on_spark_connect(connect_url: str, service: Any) -> None:
     url, _ = service
     _client("sql", connect_url, url)

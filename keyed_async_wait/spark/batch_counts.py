@@ -1,0 +1,129 @@
+"""A micro-batch's counts (rows out, rows parked) once its sink ran, without another Spark job
+where the session allows it.
+
+- Classic: an accumulator the tasks add to (:class:`TaskCounts`), which also carries the peak
+  memory a task added.
+- Spark Connect has no accumulators. Its output is observed instead (:class:`ObservedCounts`):
+  the counts are computed while the sink's job builds the persisted output, and arrive with
+  that job's answer. Trusted only when every partition of the output reported (a bit per
+  partition): a sink that read part of its DataFrame, an empty partition, or a Spark whose
+  Connect server does not send metrics observed under a cached plan (4.0) leave a hole, and
+  then the counts come from a job over the persisted output, as before (measured on 4.3, a
+  2,500-row micro-batch: that job took 0.16 s of a 0.87 s micro-batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import AccumulatorParam
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .metrics import is_connect
+from .parked import STATE_COLUMN
+
+__all__ = ["ObservedCounts", "TaskCounts", "counted", "task_counts"]
+
+log = logging.getLogger(__name__)
+
+_BITS = 63  # partitions a mask covers: a long's bits, but for its sign
+
+
+class TaskCounts(AccumulatorParam):
+    """[new rows, replayed rows, peak KiB a task added, rows out, rows parked]: summed, except
+    the peak (the largest). For reports; the state's own counts come from its files."""
+
+    def zero(self, value: list[int]) -> list[int]:
+        return [0] * 5
+
+    def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]]
+
+
+def task_counts(spark: Any) -> Any:
+    """An accumulator for the tasks' counts, or None on Spark Connect (it has none)."""
+    return None if is_connect(spark) else spark.sparkContext.accumulator([0] * 5, TaskCounts())
+
+
+@dataclass(frozen=True)
+class ObservedCounts:
+    """Spark Connect: a micro-batch's output observed while the sink's job computes it.
+
+    Invariant: :meth:`counts` returns counts only when every one of the output's
+    ``partitions`` produced a row under the observation, so a count never misses a partition
+    that ran no task (its parked rows would not be written); anything short of that gives
+    None, and the caller counts with a job. Spark reports what the last action that ran the
+    observed plan computed (measured on 4.3: a later action that read only cached partitions
+    left the values as they were, one that computed the rest reported the rest alone), so the
+    partitions must be known in advance: the output of a repartition into them."""
+
+    partitions: int
+    observation: Any
+
+    @classmethod
+    def made(cls, spark: Any, partitions: int) -> ObservedCounts | None:
+        """An observation on a Spark Connect session (pyspark 4.0 or later), else None."""
+        if not is_connect(spark):
+            return None
+        try:
+            from pyspark.sql.connect.observation import Observation
+        except ImportError:  # pyspark 3.5's Connect client observes through a JVM it lacks
+            return None
+        return cls(partitions, Observation(f"kaw_counts_{uuid.uuid4().hex}"))
+
+    def on(self, df: DataFrame) -> DataFrame:
+        """``df`` (the lookups' output, before it is persisted) observed."""
+        state = f"`{STATE_COLUMN}`"
+        pid = "spark_partition_id()"
+        measures = [
+            F.expr(f"count(IF({state} IS NULL, 1, NULL))").alias("out"),
+            F.expr(f"count({state})").alias("parked"),
+            F.expr(f"max({pid})").alias("top"),  # no partition past the masks
+        ]
+        for j in range(math.ceil(self.partitions / _BITS)):
+            bit = f"IF({pid} DIV {_BITS} = {j}, shiftleft(1L, {pid} % {_BITS}), 0L)"
+            measures.append(F.expr(f"bit_or({bit})").alias(f"p{j}"))
+        return df.observe(self.observation, *measures)
+
+    def counts(self) -> tuple[int, int] | None:
+        """(rows out, rows parked), or None unless every partition reported."""
+        from pyspark.errors import PySparkException
+
+        try:
+            got = dict(self.observation.get)
+        except PySparkException as exc:  # no action observed it, or its metrics failed: count instead
+            log.debug("key_ordered_stream: no observed counts (%s); counting with a job", exc)
+            return None
+        partitions = self.partitions
+        if got.get("top") != partitions - 1:
+            return None
+        for j in range(math.ceil(partitions / _BITS)):
+            bits = min(_BITS, partitions - j * _BITS)
+            if got.get(f"p{j}") != (1 << bits) - 1:
+                return None
+        if got.get("out") is None or got.get("parked") is None:
+            return None
+        return int(got["out"]), int(got["parked"])
+
+
+def counted(enriched: DataFrame, counts: Any, observed: ObservedCounts | None) -> tuple[int, int, int]:
+    """(rows out, rows parked, peak KiB a task added) of a micro-batch whose sink ran: from the
+    accumulator, or the observation, or else by counting the (persisted) output; the peak is
+    known from the accumulator alone (else 0)."""
+    if counts is not None:
+        _, _, peak_kib, rows_out, reparked = counts.value
+        return rows_out, reparked, peak_kib
+    got = observed.counts() if observed is not None else None
+    if got is not None:
+        return got[0], got[1], 0
+    state = F.col(STATE_COLUMN)
+    row = enriched.agg(
+        F.count(F.when(state.isNull(), 1)).alias("out"), F.count(state).alias("parked")
+    ).first()
+    assert row is not None
+    return int(row.out), int(row.parked), 0
