@@ -235,11 +235,13 @@ def counts(spark: Any, *_: str) -> None:
     df.unpersist()
     assert run_and_count(made(800), 800) is None  # more partitions than rows: some never reported
     assert run_and_count(made(3), 5) is None  # partitions past those expected
-    prefix = made(5)  # a sink that read part of it, then the rest: the last action saw the rest
+    prefix = made(5)  # a sink that read part of it, then the rest
     df = enriched(5, prefix)
     df.limit(1).collect()
     df.write.format("noop").mode("overwrite").save()
-    assert prefix.counts() is None
+    # what the server reports then differs (4.3: the last action's partitions alone, caught by
+    # the bits; 4.2: the whole; 4.0: the whole at the limit): never short counts
+    assert prefix.counts() in (None, (600, 100))
     assert counted(df, None, prefix) == (600, 100, 0)
     df.unpersist()
 
