@@ -1,6 +1,6 @@
 """Every feature through a Spark Connect client (each in a process of its own, against one local
-Connect server): the waits with observed metrics, key_ordered_stream, the SQL extension, the main
-job."""
+Connect server): the waits with observed metrics, key_ordered_stream and the counts of its
+micro-batches, the SQL extension, the main job."""
 
 from __future__ import annotations
 
