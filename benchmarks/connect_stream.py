@@ -1,17 +1,18 @@
 """What a key_ordered_stream costs per micro-batch on Spark Connect, beside a plain stream.
 
-    ./run bench connect_stream [--per-batch 2500] [--files 40] [--rounds 1]
+    ./run bench connect_stream [--per-batch 2500] [--files 40] [--rounds 1] [--spark-defaults]
 
 A local Connect server (``local[2]``, two shuffle partitions, no adaptive execution, as the
-classic ``streaming`` benchmark) in a process of its own, and this process as its client. The
-same source as there (files of ``per-batch`` rows over 2,000 keys read with
-``maxFilesPerTrigger=1`` and ``availableNow``), the same 20 ms ``async def``, Spark's ``noop``
-sink; ``foreachBatch`` runs in a Python process of the server, as Connect has it. Per round: a
-plain stream (the sink alone), then ``key_ordered_stream`` with nothing parked. Printed, as
-medians over every micro-batch after the first three: the micro-batch's seconds (Spark's
-``triggerExecution``), of it Spark's own work (all but ``addBatch``) and the ``foreachBatch``
-function (``addBatch``), and for ``key_ordered_stream`` the seconds its reports give (the
-function up to its manifest, which the report rides in).
+classic ``streaming`` benchmark; ``--spark-defaults``: Spark's 200 and adaptive execution) in a
+process of its own, and this process as its client. The same source as there (files of
+``per-batch`` rows over 2,000 keys read with ``maxFilesPerTrigger=1`` and ``availableNow``),
+the same 20 ms ``async def``, Spark's ``noop`` sink; ``foreachBatch`` runs in a Python process
+of the server, as Connect has it. Per round: a plain stream (the sink alone), then
+``key_ordered_stream`` with nothing parked. Printed, as medians over every micro-batch after
+the first three: the micro-batch's seconds (Spark's ``triggerExecution``), of it Spark's own
+work (all but ``addBatch``) and the ``foreachBatch`` function (``addBatch``), and for
+``key_ordered_stream`` the seconds its reports give (the function up to its manifest, which the
+report rides in).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from streaming import KEYS, SCHEMA, WARM_UP, enrich
 
+from keyed_async_wait.app.service import free_port
+
 SKIP = WARM_UP + 1  # the first micro-batches also start the server's Python workers
 
 _SERVER = """
@@ -41,8 +43,8 @@ spark = (SparkSession.builder.master("local[2]")
     .config("spark.connect.grpc.binding.address", "127.0.0.1")
     .config("spark.connect.grpc.binding.port", sys.argv[1])
     .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .config("spark.sql.adaptive.enabled", "false")
+    .config("spark.sql.shuffle.partitions", sys.argv[2])
+    .config("spark.sql.adaptive.enabled", sys.argv[3])
     .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     .getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
@@ -50,12 +52,6 @@ print("ready", flush=True)
 sys.stdin.read()
 spark.stop()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def noop_sink(df: Any, batch_id: int) -> None:
@@ -106,13 +102,20 @@ def main() -> None:
     parser.add_argument("--per-batch", type=int, default=2500)
     parser.add_argument("--files", type=int, default=40, help="micro-batches a stream runs")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--spark-defaults", action="store_true", help="200 shuffle partitions, adaptive")
     args = parser.parse_args()
     port = free_port()
     here = Path(__file__).resolve().parent  # the server's workers unpickle enrich from here
     path = os.pathsep.join(p for p in (str(here), str(here.parent), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path}
     server = subprocess.Popen(
-        [sys.executable, "-c", _SERVER, str(port)],
+        [
+            sys.executable,
+            "-c",
+            _SERVER,
+            str(port),
+            *(("200", "true") if args.spark_defaults else ("2", "false")),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
