@@ -12,7 +12,7 @@ of the server, as Connect has it. Per round: a plain stream (the sink alone), th
 the first three: the micro-batch's seconds (Spark's ``triggerExecution``), of it Spark's own
 work (all but ``addBatch``) and the ``foreachBatch`` function (``addBatch``), and for
 ``key_ordered_stream`` the seconds its reports give (the function up to its manifest, which the
-report rides in).
+report rides in); then ``key_ordered_wait`` over every file as one batch job, its rows/s.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,22 @@ def one_round(spark: Any, folder: Path, work: Path) -> dict[str, dict[str, float
     query.awaitTermination()
     out["keyed"] = figures(query)
     out["keyed"]["reported"] = round(statistics.median(r.seconds for r in keyed.reports[SKIP:]), 3)
+    out["batch"] = batch_job(spark, folder)
     return out
+
+
+def batch_job(spark: Any, folder: Path) -> dict[str, float]:
+    """``key_ordered_wait`` over every file at once, as a batch job (Spark's ``noop`` sink)."""
+    from keyed_async_wait import AsyncDataStream
+
+    rows = spark.read.parquet(str(folder))
+    started = time.monotonic()
+    waited = AsyncDataStream.key_ordered_wait(
+        rows, enrich, "order_id", order_by="seq", output_schema="v long", capacity=200
+    )
+    waited.write.format("noop").mode("overwrite").save()
+    seconds = time.monotonic() - started
+    return {"rows": rows.count(), "seconds": round(seconds, 3)}
 
 
 def main() -> None:
@@ -144,7 +160,8 @@ def main() -> None:
             f"a micro-batch (foreachBatch {plain['function']:.2f}); key_ordered_stream "
             f"{keyed['seconds']:.2f} s (plain + {keyed['seconds'] - plain['seconds']:.2f}; Spark's own "
             f"{keyed['spark_own']:.2f}, foreachBatch {keyed['function']:.2f}, of it up to the "
-            f"manifest {keyed['reported']:.2f})"
+            f"manifest {keyed['reported']:.2f}); key_ordered_wait over every file as a batch job "
+            f"{result['batch']['rows'] / result['batch']['seconds']:,.0f} rows/s"
         )
     print(json.dumps(results, indent=2))
 

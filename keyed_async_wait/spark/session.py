@@ -90,14 +90,31 @@ def shuffle_partitions(spark: Any, num_partitions: int | None = None) -> int:
 
 
 def task_slots(spark: Any) -> int:
-    """The tasks the cluster runs at once (``defaultParallelism``: the executors' cores); on
-    Spark Connect, whose client cannot read it, ``spark.default.parallelism`` when set, else
-    the shuffle partitions."""
+    """The tasks the cluster runs at once (``defaultParallelism``: the executors' cores). A Spark
+    Connect client cannot read it: there ``spark.default.parallelism`` when set, else what the
+    server gives a range without partitions (its ``defaultParallelism``, or
+    ``spark.sql.leafNodeDefaultParallelism`` when set), learned with one small job per session."""
     context = getattr(spark, "_sc", None)  # a classic session's SparkContext (Connect has none)
     if context is not None:
         return max(1, int(context.defaultParallelism))
     given = str(spark.conf.get("spark.default.parallelism", "") or "")
-    return int(given) if given.isdigit() and int(given) > 0 else shuffle_partitions(spark)
+    return int(given) if given.isdigit() and int(given) > 0 else _served_slots(spark)
+
+
+_SERVED: dict[str, int] = {}  # session id: its server's slots (a job to learn; the cores rarely move)
+
+
+def _served_slots(spark: Any) -> int:
+    """How many partitions the Connect server splits a range into unasked: the largest partition
+    id of a range long enough that every partition holds a row, plus one."""
+    session = str(getattr(spark, "session_id", "") or id(spark))
+    if session not in _SERVED:
+        from pyspark.sql import functions
+
+        probe = spark.range(0, 1 << 16).select(functions.spark_partition_id().alias("p"))
+        _SERVED[session] = max(1, int(probe.agg(functions.max("p")).first()[0]) + 1)
+        log.debug("Spark Connect session %s: %d task slots", session, _SERVED[session])
+    return _SERVED[session]
 
 
 def key_partitions(spark: Any, num_partitions: int | None = None) -> int:
