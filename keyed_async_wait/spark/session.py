@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -93,7 +94,8 @@ def task_slots(spark: Any) -> int:
     """The tasks the cluster runs at once (``defaultParallelism``: the executors' cores). A Spark
     Connect client cannot read it: there ``spark.default.parallelism`` when set, else what the
     server gives a range without partitions (its ``defaultParallelism``, or
-    ``spark.sql.leafNodeDefaultParallelism`` when set), learned with one small job per session."""
+    ``spark.sql.leafNodeDefaultParallelism`` when set), learned with one small job per session
+    (again every :data:`SLOTS_TTL` seconds)."""
     context = getattr(spark, "_sc", None)  # a classic session's SparkContext (Connect has none)
     if context is not None:
         return max(1, int(context.defaultParallelism))
@@ -101,20 +103,27 @@ def task_slots(spark: Any) -> int:
     return int(given) if given.isdigit() and int(given) > 0 else _served_slots(spark)
 
 
-_SERVED: dict[str, int] = {}  # session id: its server's slots (a job to learn; the cores rarely move)
+SLOTS_TTL = 600.0  # seconds a learned figure stands: executors that come and go are seen again
+_PROBE_ROWS = 1 << 20  # more than any cluster's cores: every partition holds rows
+_SERVED: dict[str, tuple[float, int]] = {}  # session id: (when learned, its server's slots)
 
 
 def _served_slots(spark: Any) -> int:
-    """How many partitions the Connect server splits a range into unasked: the largest partition
-    id of a range long enough that every partition holds a row, plus one."""
+    """How many partitions the Connect server splits a range into unasked: the partition id of
+    the last row of a range long enough that every partition holds a row, plus one. Learned
+    with a job of one stage at a session's first need, again after :data:`SLOTS_TTL`."""
     session = str(getattr(spark, "session_id", "") or id(spark))
-    if session not in _SERVED:
+    learned = _SERVED.get(session)
+    if learned is None or time.monotonic() - learned[0] > SLOTS_TTL:
         from pyspark.sql import functions
 
-        probe = spark.range(0, 1 << 16).select(functions.spark_partition_id().alias("p"))
-        _SERVED[session] = max(1, int(probe.agg(functions.max("p")).first()[0]) + 1)
-        log.debug("Spark Connect session %s: %d task slots", session, _SERVED[session])
-    return _SERVED[session]
+        # a range's partitions split it in order: its last row is in the last one (no shuffle)
+        last = spark.range(0, _PROBE_ROWS).where(f"id = {_PROBE_ROWS - 1}")
+        top = last.select(functions.spark_partition_id().alias("p")).collect()  # one job, not take's
+        learned = (time.monotonic(), max(1, int(top[0][0]) + 1) if top else 1)
+        _SERVED[session] = learned
+        log.debug("Spark Connect session %s: %d task slots", session, learned[1])
+    return learned[1]
 
 
 def key_partitions(spark: Any, num_partitions: int | None = None) -> int:
