@@ -99,8 +99,7 @@ def task_slots(spark: Any) -> int:
     context = getattr(spark, "_sc", None)  # a classic session's SparkContext (Connect has none)
     if context is not None:
         return max(1, int(context.defaultParallelism))
-    given = str(spark.conf.get("spark.default.parallelism", "") or "")
-    return int(given) if given.isdigit() and int(given) > 0 else _served_slots(spark)
+    return _served_slots(spark)
 
 
 SLOTS_TTL = 600.0  # seconds a learned figure stands: executors that come and go are seen again
@@ -109,21 +108,27 @@ _SERVED: dict[str, tuple[float, int]] = {}  # session id: (when learned, its ser
 
 
 def _served_slots(spark: Any) -> int:
-    """How many partitions the Connect server splits a range into unasked: the partition id of
-    the last row of a range long enough that every partition holds a row, plus one. Learned
-    with a job of one stage at a session's first need, again after :data:`SLOTS_TTL`."""
+    """``spark.default.parallelism`` when set, else how many partitions the Connect server splits
+    a range into unasked: the partition id of the last row of a range long enough that every
+    partition holds a row, plus one (a job of one stage). Learned at a session's first need
+    and again after :data:`SLOTS_TTL` (each a round trip to the server at least)."""
     session = str(getattr(spark, "session_id", "") or id(spark))
     learned = _SERVED.get(session)
     if learned is None or time.monotonic() - learned[0] > SLOTS_TTL:
-        from pyspark.sql import functions
-
-        # a range's partitions split it in order: its last row is in the last one (no shuffle)
-        last = spark.range(0, _PROBE_ROWS).where(f"id = {_PROBE_ROWS - 1}")
-        top = last.select(functions.spark_partition_id().alias("p")).collect()  # one job, not take's
-        learned = (time.monotonic(), max(1, int(top[0][0]) + 1) if top else 1)
+        given = str(spark.conf.get("spark.default.parallelism", "") or "")
+        learned = (time.monotonic(), int(given) if given.isdigit() and int(given) > 0 else _ranged(spark))
         _SERVED[session] = learned
         log.debug("Spark Connect session %s: %d task slots", session, learned[1])
     return learned[1]
+
+
+def _ranged(spark: Any) -> int:
+    from pyspark.sql import functions
+
+    # a range's partitions split it in order: its last row is in the last one (no shuffle)
+    last = spark.range(0, _PROBE_ROWS).where(f"id = {_PROBE_ROWS - 1}")
+    top = last.select(functions.spark_partition_id().alias("p")).collect()  # one job, not take's
+    return max(1, int(top[0][0]) + 1) if top else 1
 
 
 def key_partitions(spark: Any, num_partitions: int | None = None) -> int:
