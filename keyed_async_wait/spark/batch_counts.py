@@ -2,7 +2,10 @@
 where the session allows it.
 
 - Classic: an accumulator the tasks add to (:class:`TaskCounts`), which also carries the peak
-  memory a task added.
+  memory a task added, and a bit per partition whose task read its input to the end. Trusted
+  only when every partition's bit is set (where the partitions are known: the output of a
+  repartition into them): a sink that read part of its DataFrame (a ``limit``) stops some tasks
+  early and never runs others, and their parked rows would go uncounted, so unwritten.
 - Spark Connect has no accumulators. Its output is observed instead (:class:`ObservedCounts`):
   the counts are computed while the sink's job builds the persisted output, and arrive with
   that job's answer. Trusted only when every partition of the output reported (a bit per
@@ -35,19 +38,21 @@ _BITS = 63  # partitions a mask covers: a long's bits, but for its sign
 
 
 class TaskCounts(AccumulatorParam):
-    """[new rows, replayed rows, peak KiB a task added, rows out, rows parked]: summed, except
-    the peak (the largest). For reports; the state's own counts come from its files."""
+    """[new rows, replayed rows, peak KiB a task added, rows out, rows parked, partitions read
+    to the end (a bit each)]: summed, except the peak (the largest) and the bits (or-ed: a task
+    run again sets its bit again). Rows parked decide whether the state is written; the
+    state's own counts come from its files."""
 
     def zero(self, value: list[int]) -> list[int]:
-        return [0] * 5
+        return [0] * 6
 
     def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
-        return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4]]
+        return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4], a[5] | b[5]]
 
 
 def task_counts(spark: Any) -> Any:
     """An accumulator for the tasks' counts, or None on Spark Connect (it has none)."""
-    return None if is_connect(spark) else spark.sparkContext.accumulator([0] * 5, TaskCounts())
+    return None if is_connect(spark) else spark.sparkContext.accumulator([0] * 6, TaskCounts())
 
 
 @dataclass(frozen=True)
@@ -112,19 +117,26 @@ class ObservedCounts:
         return int(got["out"]), int(got["parked"])
 
 
-def counted(enriched: DataFrame, counts: Any, observed: ObservedCounts | None) -> tuple[int, int, int]:
+def counted(
+    enriched: DataFrame, counts: Any, observed: ObservedCounts | None, partitions: int | None
+) -> tuple[int, int, int]:
     """(rows out, rows parked, peak KiB a task added) of a micro-batch whose sink ran: from the
-    accumulator, or the observation, or else by counting the (persisted) output; the peak is
-    known from the accumulator alone (else 0)."""
+    accumulator when each of the output's ``partitions`` (None: the output's own, as planned)
+    read its input to the end, or the observation, or else by counting the (persisted) output;
+    the peak is known from the accumulator alone (else 0)."""
     if counts is not None:
-        _, _, peak_kib, rows_out, reparked = counts.value
-        return rows_out, reparked, peak_kib
+        _, _, peak_kib, rows_out, reparked, read = counts.value
+        partitions = enriched.rdd.getNumPartitions() if partitions is None else partitions
+        if read == (1 << partitions) - 1:
+            return rows_out, reparked, peak_kib
+        log.info("key_ordered_stream: the sink left tasks unread; counting the output with a job")
     got = observed.counts() if observed is not None else None
     if got is not None:
         return got[0], got[1], 0
+    peak_kib = counts.value[2] if counts is not None else 0
     state = F.col(STATE_COLUMN)
     row = enriched.agg(
         F.count(F.when(state.isNull(), 1)).alias("out"), F.count(state).alias("parked")
     ).first()
     assert row is not None
-    return int(row.out), int(row.parked), 0
+    return int(row.out), int(row.parked), peak_kib

@@ -177,7 +177,8 @@ class MicroBatch:
                 enriched = built.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             self.sink(_finished(enriched), batch_id)
-            rows_out, reparked, peak_kib = counted(enriched, counts, observed)  # the sink ran every task
+            # the sink ran (every task of it, or else the counts are a job's)
+            rows_out, reparked, peak_kib = counted(enriched, counts, observed, None if in_place else n)
             if in_place:  # before anything is committed
                 check_key_spread(enriched, self.key_columns, spread, batch_id, self.whole_record)
             aged = self.store.aged(batch_id, previous)

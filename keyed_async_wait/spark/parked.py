@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import TaskContext
+
 from ..core.chain import PROGRESS_FIELD, ChainProgress
 from ..core.exceptions import RecordKeyError
 from ..core.keys import DEFAULT_MAX_PARALLELISM, key_group_for, keys_of_many, stable_hash
@@ -146,7 +148,7 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
     journal = _task_journal(plan, parking, task.adapter.instance)
     intake = _Intake(source, key_of, journal, set() if parking.spread is not None else None)
     cap = task.loop.call_later(parking.time_cap, task.op.hold) if parking.time_cap is not None else None
-    parked_out = 0
+    parked_out, read_all = 0, False
     try:
         for chunk in task.outputs(intake.chunks(iterator)):
             parked = [item for item in chunk if type(item) is ParkedItem]
@@ -157,6 +159,7 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
             if parked:
                 parked_out += len(parked)
                 yield _parked_batch(source, parked, parking)
+        read_all = True  # its input to the end (a consumer that stopped early leaves it unset)
     finally:
         if cap is not None:
             cap.cancel()
@@ -169,7 +172,9 @@ def run_parking_partition(plan: Plan, parking: ParkingPlan, iterator: Iterator[A
             parking.spread.add((frozenset(stable_hash(key) for key in intake.keys), frozenset()))
         if parking.counts is not None:
             growth = memory.growth_kib()
-            parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out])
+            context = TaskContext.get()  # a Spark task's (None elsewhere: nothing to report)
+            read = 1 << context.partitionId() if read_all and context is not None else 0
+            parking.counts.add([intake.new, intake.replayed, growth, task.rows_out, parked_out, read])
 
 
 def _task_journal(plan: Plan, parking: ParkingPlan, instance: Any) -> TaskProgress | None:

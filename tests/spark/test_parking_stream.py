@@ -407,3 +407,54 @@ def test_a_source_not_partitioned_by_key_fails_the_micro_batch_and_a_restart_wit
     assert sorted(r.seq for r in sink.rows()) == list(range(40))
     assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
     assert calls_keep_key_order(state.calls)
+
+
+
+@pytest.mark.parametrize("assume_partitioned", [False, True])
+def test_a_sink_that_reads_part_of_its_micro_batch_loses_no_parked_row(
+    spark: Any, tmp_path: Path, assume_partitioned: bool
+) -> None:
+    """The first micro-batch's sink reads one row (``limit``): by key, that is its first
+    partition, the fast keys', alone, so the task of the slow keys, whose rows the time cap
+    parks, never runs for it; their parked rows are still kept and finish later, in key order
+    (the counts are taken again from the whole output when a task did not report them). In
+    place, the file's one partition is computed whole (Spark caches a partition whole), and
+    its counts stand. Either way every row not finished in the first micro-batch comes later,
+    once."""
+    placed = spark.createDataFrame([(k,) for k in range(6)], "order_id long").repartition(2, "order_id")
+    slow = {r.order_id for r in placed.selectExpr("order_id", "spark_partition_id() AS p").collect() if r.p}
+    assert slow and len(slow) < 6, slow  # both partitions hold keys (hash of 0..5 into 2)
+
+    async def fn(record: dict[str, Any]) -> dict[str, Any]:
+        if record["order_id"] in slow:
+            await asyncio.sleep(0.05)  # far past the time cap: each slow key's first row
+        return {"v": record["seq"]}  # runs over it, and the key's later rows are parked
+
+    rows = [(seq, seq % 6, seq % 6) for seq in range(60)]
+    write_updates(tmp_path / "in", rows)
+    sink = Sink()
+
+    def partial_first(df: Any, batch_id: int) -> None:
+        sink.batches[batch_id] = df.limit(1).collect() if batch_id == 0 else df.collect()
+
+    stream = AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
+        fn,
+        "order_id",
+        order_by="seq",
+        output_schema="v bigint",
+        sink=partial_first,
+        checkpoint_location=str(tmp_path / "cp"),
+        time_cap=0.01,
+        heartbeat=1,
+        assume_partitioned=assume_partitioned,
+    )
+    last = stream.run_available_now(drain_timeout=60)
+    assert last is not None and last.parked == 0
+    assert stream.reports[0].parked > 0, stream.reports[0]
+    firsts = {min(seq for seq, key, _ in rows if key == k) for k in slow}  # finished in batch 0
+    later = sorted(r.seq for b, out in sink.batches.items() if b > 0 for r in out)
+    assert len(later) == len(set(later)) == len(rows) - stream.reports[0].rows_out, later
+    parked = {seq for seq, key, _ in rows if key in slow and seq not in firsts}
+    assert parked <= set(later), sorted(parked - set(later))
+    assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
