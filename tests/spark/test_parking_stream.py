@@ -69,6 +69,23 @@ def updates_stream(spark: Any, url: str, work: Path, sink: Any, **options: Any) 
     )
 
 
+def capped_stream(spark: Any, work: Path, fn: Any, sink: Any, **options: Any) -> Any:
+    """``key_ordered_stream`` of the updates in ``work/in`` through ``fn`` (giving ``v``),
+    keyed by order in ``seq`` order, with a time cap of 10 ms and a heartbeat."""
+    return AsyncDataStream.key_ordered_stream(
+        spark.readStream.schema(SCHEMA).json(str(work / "in")),
+        fn,
+        "order_id",
+        order_by="seq",
+        output_schema="v bigint",
+        sink=sink,
+        checkpoint_location=str(work / "cp"),
+        time_cap=0.01,
+        heartbeat=1,
+        **options,
+    )
+
+
 def run_until(stream: Any, done: Any, trigger: str, bound: float) -> None:
     """``stream`` started at ``trigger`` until ``done(reports)`` (within ``bound`` s), then stopped."""
     query = stream.start(processingTime=trigger)
@@ -132,18 +149,7 @@ def test_a_result_that_does_not_fit_is_an_error_row_of_the_stream_never_a_parked
     rows = [(seq, seq % 6, seq % 6) for seq in range(60)]
     write_updates(tmp_path / "in", rows, files=3)
     sink = Sink()
-    stream = AsyncDataStream.key_ordered_stream(
-        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
-        fn,
-        "order_id",
-        order_by="seq",
-        output_schema="v bigint",
-        sink=sink,
-        checkpoint_location=str(tmp_path / "cp"),
-        time_cap=0.01,
-        heartbeat=1,
-        on_error=on_error,
-    )
+    stream = capped_stream(spark, tmp_path, fn, sink, on_error=on_error)
     last = stream.run_available_now(drain_timeout=60)
     assert last is not None and last.parked == 0
     out = sink.rows()
@@ -437,18 +443,7 @@ def test_a_sink_that_reads_part_of_its_micro_batch_loses_no_parked_row(
     def partial_first(df: Any, batch_id: int) -> None:
         sink.batches[batch_id] = df.limit(1).collect() if batch_id == 0 else df.collect()
 
-    stream = AsyncDataStream.key_ordered_stream(
-        spark.readStream.schema(SCHEMA).json(str(tmp_path / "in")),
-        fn,
-        "order_id",
-        order_by="seq",
-        output_schema="v bigint",
-        sink=partial_first,
-        checkpoint_location=str(tmp_path / "cp"),
-        time_cap=0.01,
-        heartbeat=1,
-        assume_partitioned=assume_partitioned,
-    )
+    stream = capped_stream(spark, tmp_path, fn, partial_first, assume_partitioned=assume_partitioned)
     last = stream.run_available_now(drain_timeout=60)
     assert last is not None and last.parked == 0
     assert stream.reports[0].parked > 0, stream.reports[0]
