@@ -25,12 +25,12 @@ def waits(spark: Any, url: str, *_: str) -> None:
     keyed = AsyncDataStream.key_ordered_wait(df, users(url), "order_id", order_by="seq", metrics=metrics)
     rows = keyed.collect()
     assert sorted(r.seq for r in rows) == list(range(300))
-    # spread over the server's task slots (local[2]), not its shuffle partitions (4)
-    spread = keyed.selectExpr("spark_partition_id() AS p").distinct().collect()
-    assert sorted(r.p for r in spread) == [0, 1], spread
     assert all(r.name == f"user-{r.user_id}" for r in rows)
     m = metrics.value
     assert (m["records"], m["rows_out"], m["lookups"]) == (300, 300, 300), m
+    # spread over the server's task slots (local[2]), not its shuffle partitions (4)
+    spread = keyed.selectExpr("spark_partition_id() AS p").distinct().collect()
+    assert sorted(r.p for r in spread) == [0, 1], spread
     for wait in (AsyncDataStream.ordered_wait, AsyncDataStream.unordered_wait):
         assert wait(df, users(url)).count() == 300
     balanced = AsyncDataStream.key_ordered_wait(df, users(url), "order_id", order_by="seq", balance_keys=True)
