@@ -213,7 +213,7 @@ def counts(spark: Any, *_: str) -> None:
         df = enriched(partitions, observed)
         df.write.format("noop").mode("overwrite").save()
         got = observed.counts()
-        assert counted(df, None, observed) == (600, 100, 0)
+        assert counted(df, None, observed, partitions) == (600, 100, 0)
         df.unpersist()
         return got
 
@@ -229,12 +229,12 @@ def counts(spark: Any, *_: str) -> None:
         got = observed.counts()
         # pyspark 4.0's server sends nothing observed under a cached plan: then the job counts
         assert got == (None if pyspark_version() < (4, 1) else (600, 100)), got
-        assert counted(df, None, observed) == (600, 100, 0)
+        assert counted(df, None, observed, partitions) == (600, 100, 0)
         df.unpersist()
     unread = made(5)  # the sink ran no action: counted by a job
     df = enriched(5, unread)
     assert unread.counts() is None
-    assert counted(df, None, unread) == (600, 100, 0)
+    assert counted(df, None, unread, 5) == (600, 100, 0)
     df.unpersist()
     assert run_and_count(made(800), 800) is None  # more partitions than rows: some never reported
     assert run_and_count(made(3), 5) is None  # partitions past those expected
@@ -245,7 +245,7 @@ def counts(spark: Any, *_: str) -> None:
     # what the server reports then differs (4.3: the last action's partitions alone, caught by
     # the bits; 4.2: the whole; 4.0: the whole at the limit): never short counts
     assert prefix.counts() in (None, (600, 100))
-    assert counted(df, None, prefix) == (600, 100, 0)
+    assert counted(df, None, prefix, 5) == (600, 100, 0)
     df.unpersist()
 
 
