@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from .metrics import is_connect
 from .parked import STATE_COLUMN
 
-__all__ = ["ObservedCounts", "TaskCounts", "counted", "task_counts"]
+__all__ = ["ObservedCounts", "TaskCounts", "counted", "every_partition_read", "task_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ class TaskCounts(AccumulatorParam):
 
     def addInPlace(self, a: list[int], b: list[int]) -> list[int]:
         return [a[0] + b[0], a[1] + b[1], max(a[2], b[2]), a[3] + b[3], a[4] + b[4], a[5] | b[5]]
+
+
+def every_partition_read(read: int, partitions: int) -> bool:
+    """Whether the or-ed bits of :class:`TaskCounts` hold each of ``partitions`` (and no other)."""
+    return read == (1 << partitions) - 1
 
 
 def task_counts(spark: Any) -> Any:
@@ -127,7 +132,7 @@ def counted(
     if counts is not None:
         _, _, peak_kib, rows_out, reparked, read = counts.value
         partitions = enriched.rdd.getNumPartitions() if partitions is None else partitions
-        if read == (1 << partitions) - 1:
+        if every_partition_read(read, partitions):
             return rows_out, reparked, peak_kib
         log.info("key_ordered_stream: the sink left tasks unread; counting the output with a job")
     got = observed.counts() if observed is not None else None
