@@ -129,6 +129,7 @@ def counted(
     accumulator when each of the output's ``partitions`` (None: the output's own, as planned)
     read its input to the end, or the observation, or else by counting the (persisted) output;
     the peak is known from the accumulator alone (else 0)."""
+    peak_kib = 0
     if counts is not None:
         _, _, peak_kib, rows_out, reparked, read = counts.value
         partitions = enriched.rdd.getNumPartitions() if partitions is None else partitions
@@ -138,7 +139,6 @@ def counted(
     got = observed.counts() if observed is not None else None
     if got is not None:
         return got[0], got[1], 0
-    peak_kib = counts.value[2] if counts is not None else 0
     state = F.col(STATE_COLUMN)
     row = enriched.agg(
         F.count(F.when(state.isNull(), 1)).alias("out"), F.count(state).alias("parked")

@@ -29,7 +29,6 @@ __all__ = [
     "other_groups",
     "session_time_zone",
     "session_view",
-    "shuffle_partitions",
     "task_slots",
 ]
 
@@ -81,13 +80,6 @@ def session_view(spark: Any) -> SessionView:
 
 def session_time_zone(spark: Any) -> str:
     return str(spark.conf.get("spark.sql.session.timeZone"))
-
-
-def shuffle_partitions(spark: Any, num_partitions: int | None = None) -> int:
-    """``num_partitions``, else ``spark.sql.shuffle.partitions``."""
-    if num_partitions is not None:
-        return num_partitions
-    return int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)
 
 
 def task_slots(spark: Any) -> int:
