@@ -293,14 +293,20 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         AsyncDataStream.key_ordered_stream(mapped, logged_users(url), "order_id", **common)
 
 
+@pytest.mark.compat("streaming: the sink plans with the session's own settings")
 def test_the_sink_plans_with_the_users_code_generation_and_adaptive_settings(
     spark: Any, service: Any, tmp_path: Path
 ) -> None:
     """The state's own plans run without whole-stage code generation, and the lookups of a
     micro-batch with nothing parked without adaptive execution (one Spark job, not one per
     stage); one that replays parked rows plans its lookups adaptively, as the session says.
-    The user's sink sees the session's settings as the user left them, during every
-    micro-batch and after the stream."""
+    The user's sink sees the session's settings as Spark gives any ``foreachBatch`` function
+    (as the user left them; before pyspark 4.1 Spark itself turns adaptive execution off in a
+    stream's micro-batches, measured on 4.0.5 with a plain ``foreachBatch``), during every
+    micro-batch, and the session has them back after the stream."""
+    from keyed_async_wait.spark.compat import pyspark_version
+
+    adaptive_in_streams = pyspark_version() >= (4, 1)
     url, state = service
     state.latency = 0.2
     keys = {"spark.sql.codegen.wholeStage": "true", "spark.sql.adaptive.enabled": "true"}
@@ -329,10 +335,11 @@ def test_the_sink_plans_with_the_users_code_generation_and_adaptive_settings(
         for key, value in before.items():
             spark.conf.set(key, value)
     assert any(r.replayed for r in stream.reports)  # the state's plans ran
-    assert seen and set(seen) == {("true", "true")}
+    assert seen and set(seen) == {("true", "true" if adaptive_in_streams else "false")}
     first = min(r.batch_id for r in stream.reports if r.rows_in)
     assert adaptive[first] is False  # nothing parked yet
-    assert all(adaptive[r.batch_id] for r in stream.reports if r.replayed)
+    replaying = [adaptive[r.batch_id] for r in stream.reports if r.replayed]
+    assert all(replaying) if adaptive_in_streams else not any(replaying)
     assert sorted(r.seq for r in sink.rows()) == list(range(40))
 
 
