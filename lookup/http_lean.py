@@ -32,7 +32,7 @@ import contextlib
 import ssl
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httptools
@@ -90,7 +90,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Answer] | None = None
-        self._headers: list[tuple[str, str]] = []
+        self._headers: list[tuple[bytes, bytes]] = []  # as they came: decoded when asked (_Headers)
         self._body: list[bytes] = []
         self._header_bytes = 0
         self._body_bytes = 0
@@ -148,8 +148,7 @@ class _Connection(asyncio.Protocol):
             return
         if self._in_body:  # a trailer: never the answer's framing or coding (RFC 9110 6.5.1)
             return
-        # llhttp keeps a value's trailing whitespace
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")))
+        self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_body = True
@@ -160,7 +159,7 @@ class _Connection(asyncio.Protocol):
         status = self._parser.get_status_code()
         if status < 200 or status in (204, 304):
             return False
-        framing = {name.lower(): value for name, value in self._headers}
+        framing = {name.lower(): value for name, value in _Headers(self._headers).items()}
         codings = framing.get("transfer-encoding", "").lower().split(",")
         return "content-length" not in framing and codings[-1].strip() != "chunked"
 
@@ -206,10 +205,9 @@ class _Connection(asyncio.Protocol):
         if waiter is None or waiter.done():  # an answer nobody asked for
             self.close()
             return
-        headers, body = CIMultiDict(pairs), b"".join(parts)
-        encodings = headers.getall("Content-Encoding", None)  # the last one counts
-        if encodings:
-            encoding = encodings[-1]
+        headers, body = _Headers(pairs), b"".join(parts)
+        encoding = headers.coding()
+        if encoding is not None:
             try:
                 body = _decoded(body, encoding.strip().lower())
             except (zlib.error, ValueError) as exc:
@@ -228,6 +226,55 @@ class _Connection(asyncio.Protocol):
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
+
+
+class _Headers(Mapping[str, str]):
+    """An answer's headers, case-insensitive: kept as llhttp gave them and decoded (latin-1,
+    a value's trailing whitespace dropped, as llhttp keeps it) into a ``CIMultiDict`` the first
+    time they are read. Most answers are never read past their content coding, which is found
+    without decoding the rest (a lookup of a JSON API reads the body alone)."""
+
+    __slots__ = ("_decoded", "_pairs")
+
+    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pairs = pairs
+        self._decoded: CIMultiDict[str] | None = None
+
+    def _all(self) -> CIMultiDict[str]:
+        if self._decoded is None:
+            self._decoded = CIMultiDict(
+                (name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")) for name, value in self._pairs
+            )
+        return self._decoded
+
+    def coding(self) -> str | None:
+        """The last ``Content-Encoding`` (the one applied last), or None."""
+        found = None
+        for name, value in self._pairs:
+            if len(name) == 16 and name.lower() == b"content-encoding":
+                found = value
+        return None if found is None else found.decode("latin-1").rstrip(" \t")
+
+    def __getitem__(self, name: str) -> str:
+        return self._all()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._all().get(name, default)
+
+    def getall(self, name: str, default: Any = None) -> Any:
+        return self._all().getall(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._all()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __repr__(self) -> str:
+        return f"<_Headers({list(self._all().items())!r})>"
 
 
 def _decoded(body: bytes, encoding: str) -> bytes:
