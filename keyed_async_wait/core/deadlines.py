@@ -40,8 +40,11 @@ class Deadlines:
 
     def arm(self, item: Hashable, deadline: float) -> int:
         """Watch ``item`` until ``deadline``; returns the bucket to pass to :meth:`disarm`."""
-        bucket = self.bucket_of(deadline)
-        self._members(bucket).add(item)
+        bucket = math.ceil(deadline / self._resolution)  # bucket_of, inline (once per call)
+        members = self._buckets.get(bucket)
+        if members is None:
+            members = self._members(bucket)
+        members.add(item)
         return bucket
 
     def arm_many(self, items: Iterable[Hashable], deadline: float) -> int:
@@ -55,7 +58,9 @@ class Deadlines:
         members = self._buckets.get(bucket)
         if members is not None:
             members.discard(item)
-            self._drop_if_empty(bucket)
+            if not members:  # inline: once per call of a record's path, not a method call more
+                del self._buckets[bucket]
+                self._handles.pop(bucket).cancel()
 
     def disarm_many(self, items: Iterable[Hashable], bucket: int) -> None:
         """:meth:`disarm` for many items of one bucket."""
