@@ -133,6 +133,40 @@ def test_every_framing_gives_the_whole_body() -> None:
     run(main())
 
 
+def test_an_answers_headers_read_as_they_came_whenever_they_are_read() -> None:
+    """Headers are decoded only when read: then case-insensitive, each repeated value kept in
+    order, a value's trailing whitespace dropped, a trailer not among them, and the last of
+    two content codings is the one undone."""
+    body = gzip.compress(b'{"name": "ann"}')
+    answer = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Quota: 5 \t\r\nSet-Thing: a\r\n"
+        b"set-thing: b\r\nContent-Encoding: identity\r\ncontent-encoding: gzip\r\nTrailer: X-Late\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\nX-Late: 1\r\n\r\n"
+        % (len(body), body)
+    )
+
+    async def script(path: str, reader: Any, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer)
+        return True
+
+    async def main() -> None:
+        async with Server(script).running() as url:
+            transport = LeanTransport(4, WAIT)
+            try:
+                got = await transport.request("GET", wire_url(f"{url}/u/1"), None, None, None)
+            finally:
+                await transport.aclose()
+        assert got.body == b'{"name": "ann"}'
+        headers = got.headers
+        assert headers.get("x-quota") == "5" and headers["X-QUOTA"] == "5"
+        assert headers.getall("Set-Thing") == ["a", "b"]  # type: ignore[attr-defined]
+        assert "x-late" not in headers and "Trailer" in headers
+        assert len(headers) == 7 and next(iter(headers)) == "Transfer-Encoding"
+        assert headers.get("absent", "none") == "none"
+
+    run(main())
+
+
 @pytest.mark.parametrize(
     ("answer", "says"),
     [

@@ -422,7 +422,6 @@ def test_a_source_not_partitioned_by_key_fails_the_micro_batch_and_a_restart_wit
     assert calls_keep_key_order(state.calls)
 
 
-
 @pytest.mark.parametrize("assume_partitioned", [False, True])
 def test_a_sink_that_reads_part_of_its_micro_batch_loses_no_parked_row(
     spark: Any, tmp_path: Path, assume_partitioned: bool
