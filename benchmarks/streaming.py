@@ -251,6 +251,12 @@ def _figures(progress: list[dict[str, Any]], split: CpuSplit, sink: Sink) -> dic
     }
 
 
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of a stream's rounds, the one whose seconds a micro-batch are the median (the lower
+    middle of an even count)."""
+    return sorted(rounds, key=lambda r: r["seconds_per_batch"])[(len(rounds) - 1) // 2]
+
+
 def _median(seconds: list[float]) -> float:
     return round(statistics.median(seconds), 3) if seconds else 0.0
 
@@ -268,6 +274,85 @@ def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any
     query.awaitTermination()
     split.sample()
     return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
+
+
+def _pooled(capacity: int) -> Any:
+    """A hand-written task body: the rows of each Arrow batch through ``enrich`` with at most
+    ``capacity`` calls in flight (a semaphore, no key order), on the worker's event loop."""
+
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        import uvloop
+
+        loop = uvloop.new_event_loop()  # as ours: the fast extra's loop
+
+        async def calls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            gate = asyncio.Semaphore(capacity)
+
+            async def one(row: dict[str, Any]) -> dict[str, Any]:
+                async with gate:
+                    return {**row, **await enrich(row)}
+
+            return await asyncio.gather(*(one(r) for r in rows))
+
+        try:
+            for batch in batches:
+                yield pa.RecordBatch.from_pylist(loop.run_until_complete(calls(batch.to_pylist())), OUT_ARROW)
+        finally:
+            loop.close()
+
+    return run
+
+
+OUT_SCHEMA = SCHEMA + ", v long"
+
+
+def _arrow_out() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("seq", pa.int64()), ("order_id", pa.int64()), ("v", pa.int64())])
+
+
+OUT_ARROW = _arrow_out()
+
+
+def stage_stream(
+    spark: SparkSession, folder: Path, work: Path, name: str, body: Any, schema: str
+) -> dict[str, Any]:
+    """A hand-written stream in the shape of key_ordered_stream's micro-batch with nothing
+    parked: ``foreachBatch`` repartitions the rows by the key into the same partitions, sorts
+    them, runs ``body`` in ``mapInArrow``, persists the output, writes it (filtered) to
+    ``noop`` and unpersists it. With an identity body: what Spark's Python stage costs a
+    micro-batch; with the calls in a plain pool: what a hand-written job pays for the same
+    lookups (no key order, nothing kept for a restart)."""
+    from pyspark import StorageLevel
+
+    split = CpuSplit(spark)
+    sink = Sink(split)
+    slots = key_partitions(spark)
+
+    def each(batch: DataFrame, batch_id: int) -> None:
+        staged = batch.repartition(slots, "order_id").sortWithinPartitions("seq").mapInArrow(body, schema)
+        staged = staged.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            sink(staged.where("seq IS NOT NULL"), batch_id)
+        finally:
+            staged.unpersist()
+
+    query = (
+        _stream_source(spark, folder)
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(work / f"cp-{name}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    split.sample()
+    return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
+
+
+def _identity(batches: Any) -> Any:
+    yield from batches
 
 
 def keyed_stream(
@@ -426,6 +511,26 @@ def _where_it_goes(keyed: dict[str, Any], per_batch: int, share: float, capacity
     )
 
 
+def _beside_hand_written(
+    plain: dict[str, Any], stage: dict[str, Any], pooled: dict[str, Any], keyed: dict[str, Any], batch: float
+) -> str:
+    """key_ordered_stream beside the same micro-batch written by hand: with an identity
+    Python stage (Spark's own cost of the stage, no lookups) and with the calls in a plain
+    pool (the lookups too, without key order or state)."""
+    base = plain["seconds_per_batch"]
+
+    def over(figures: dict[str, Any]) -> str:
+        return f"{figures['seconds_per_batch']:.2f} s (plain + {figures['seconds_per_batch'] - base:.2f})"
+
+    return (
+        f"  written by hand, the same shuffle, sort, mapInArrow, persist and sink: an identity "
+        f"stage {over(stage)}, the calls in a pool of the same capacity {over(pooled)}, "
+        f"{pooled['rows_per_s']:,} rows/s ({pooled['rows_per_s'] / batch:.2f}x the batch job); "
+        f"key_ordered_stream {keyed['seconds_per_batch'] / pooled['seconds_per_batch']:.2f}x the pool's "
+        f"seconds a micro-batch"
+    )
+
+
 def _ended(progress: dict[str, Any]) -> float:
     """When a micro-batch ended, on this process's monotonic clock."""
     from datetime import datetime
@@ -440,6 +545,7 @@ def main() -> None:
     parser.add_argument("--per-batch", default="2500,25000", help="rows per micro-batch, comma-separated")
     parser.add_argument("--capacity", type=int, default=200, help="records in flight per task")
     parser.add_argument("--batch-rounds", type=int, default=3, help="the batch job's runs (median)")
+    parser.add_argument("--stream-rounds", type=int, default=3, help="each stream's runs, in turn (median)")
     parser.add_argument("--soak", type=float, default=0, help="minutes: run the soak instead")
     parser.add_argument("--rate", type=int, default=6_000, help="the soak's rows per second")
     parser.add_argument("--soak-keys", type=int, default=200_000)
@@ -471,14 +577,26 @@ def main() -> None:
             # the keys' split over the tasks (one per task slot): the fullest sets the floor
             share = largest_share(spark.read.parquet(str(folder)), "order_id", slots)
             batch = batch_job(spark, folder, args.capacity, args.batch_rounds)
-            plain = plain_stream(spark, folder, work)
-            keyed = keyed_stream(spark, folder, work, args.capacity)
+            # the streams in turn, ``--stream-rounds`` times (the JVM's JIT warms up over the first
+            # minutes: a stream run first would pay for it): each one's figures from the round
+            # with its median micro-batch
+            rounds: dict[str, list[dict[str, Any]]] = {"plain": [], "identity": [], "pooled": [], "keyed": []}
+            for r in range(args.stream_rounds):
+                turn = work / f"r{r}"
+                rounds["plain"].append(plain_stream(spark, folder, turn))
+                rounds["identity"].append(stage_stream(spark, folder, turn, "identity", _identity, SCHEMA))
+                pool = _pooled(args.capacity)
+                rounds["pooled"].append(stage_stream(spark, folder, turn, "pooled", pool, OUT_SCHEMA))
+                rounds["keyed"].append(keyed_stream(spark, folder, turn, args.capacity))
+            plain, python_stage, pooled, keyed = (_median_round(rounds[k]) for k in rounds)
             write_source(spark, work / "by-key", rows, per_batch, by_key=slots)
             by_key = keyed_stream(spark, work / "by-key", work, args.capacity, by_key=slots)
             results[per_batch] = {
                 "batch_rows_per_s": round(batch),
                 "largest_partition_share": round(share, 4),
                 "plain": plain,
+                "python_stage": python_stage,
+                "pooled": pooled,
                 "keyed": keyed,
                 "keyed_assume_partitioned": by_key,
             }
@@ -492,6 +610,7 @@ def main() -> None:
                 f"{floor:.2f} s)"
             )
             print(_where_it_goes(keyed, per_batch, share, args.capacity, batch))
+            print(_beside_hand_written(plain, python_stage, pooled, keyed, batch))
             print(
                 f"  over a source partitioned by key, assume_partitioned=True: {by_key['rows_per_s']:,} "
                 f"rows/s ({by_key['rows_per_s'] / batch:.2f}x the batch job), "
