@@ -32,18 +32,17 @@ import contextlib
 import ssl
 import sys
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httptools
 import yarl
-from multidict import CIMultiDict
 
 from keyed_async_wait.core.deadlines import Deadlines
 
 from .http_connect import Resolver, open_socket
 from .http_options import ClientOptions, tls_context
-from .http_wire import Answer
+from .http_wire import Answer, RawHeaders
 from .parts import suspend
 
 if sys.version_info >= (3, 11):
@@ -90,7 +89,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[Answer] | None = None
-        self._headers: list[tuple[bytes, bytes]] = []  # as they came: decoded when asked (_Headers)
+        self._headers: list[tuple[bytes, bytes]] = []  # as they came: decoded when asked (RawHeaders)
         self._body: list[bytes] = []
         self._header_bytes = 0
         self._body_bytes = 0
@@ -159,7 +158,7 @@ class _Connection(asyncio.Protocol):
         status = self._parser.get_status_code()
         if status < 200 or status in (204, 304):
             return False
-        framing = {name.lower(): value for name, value in _Headers(self._headers).items()}
+        framing = {name.lower(): value for name, value in RawHeaders(self._headers).items()}
         codings = framing.get("transfer-encoding", "").lower().split(",")
         return "content-length" not in framing and codings[-1].strip() != "chunked"
 
@@ -205,7 +204,7 @@ class _Connection(asyncio.Protocol):
         if waiter is None or waiter.done():  # an answer nobody asked for
             self.close()
             return
-        headers, body = _Headers(pairs), b"".join(parts)
+        headers, body = RawHeaders(pairs), b"".join(parts)
         encoding = headers.coding()
         if encoding is not None:
             try:
@@ -226,55 +225,6 @@ class _Connection(asyncio.Protocol):
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(error)
-
-
-class _Headers(Mapping[str, str]):
-    """An answer's headers, case-insensitive: kept as llhttp gave them and decoded (latin-1,
-    a value's trailing whitespace dropped, as llhttp keeps it) into a ``CIMultiDict`` the first
-    time they are read. Most answers are never read past their content coding, which is found
-    without decoding the rest (a lookup of a JSON API reads the body alone)."""
-
-    __slots__ = ("_decoded", "_pairs")
-
-    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
-        self._pairs = pairs
-        self._decoded: CIMultiDict[str] | None = None
-
-    def _all(self) -> CIMultiDict[str]:
-        if self._decoded is None:
-            self._decoded = CIMultiDict(
-                (name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")) for name, value in self._pairs
-            )
-        return self._decoded
-
-    def coding(self) -> str | None:
-        """The last ``Content-Encoding`` (the one applied last), or None."""
-        found = None
-        for name, value in self._pairs:
-            if len(name) == 16 and name.lower() == b"content-encoding":
-                found = value
-        return None if found is None else found.decode("latin-1").rstrip(" \t")
-
-    def __getitem__(self, name: str) -> str:
-        return self._all()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._all().get(name, default)
-
-    def getall(self, name: str, default: Any = None) -> Any:
-        return self._all().getall(name, default)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._all()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._pairs)
-
-    def __repr__(self) -> str:
-        return f"<_Headers({list(self._all().items())!r})>"
 
 
 def _decoded(body: bytes, encoding: str) -> bytes:

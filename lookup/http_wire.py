@@ -7,12 +7,13 @@ the client's own errors; the caller turns them into lookup errors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import yarl
+from multidict import CIMultiDict
 
-__all__ = ["Answer", "Transport"]
+__all__ = ["Answer", "RawHeaders", "Transport"]
 
 
 class Answer(NamedTuple):
@@ -36,3 +37,52 @@ class Transport(Protocol):
     ) -> Answer: ...
 
     async def aclose(self) -> None: ...
+
+
+class RawHeaders(Mapping[str, str]):
+    """An answer's headers, case-insensitive: kept as llhttp gave them and decoded (latin-1,
+    a value's trailing whitespace dropped, as llhttp keeps it) into a ``CIMultiDict`` the first
+    time they are read. Most answers are never read past their content coding, which is found
+    without decoding the rest (a lookup of a JSON API reads the body alone)."""
+
+    __slots__ = ("_decoded", "_pairs")
+
+    def __init__(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._pairs = pairs
+        self._decoded: CIMultiDict[str] | None = None
+
+    def _all(self) -> CIMultiDict[str]:
+        if self._decoded is None:
+            self._decoded = CIMultiDict(
+                (name.decode("latin-1"), value.decode("latin-1").rstrip(" \t")) for name, value in self._pairs
+            )
+        return self._decoded
+
+    def coding(self) -> str | None:
+        """The last ``Content-Encoding`` (the one applied last), or None."""
+        found = None
+        for name, value in self._pairs:
+            if len(name) == 16 and name.lower() == b"content-encoding":
+                found = value
+        return None if found is None else found.decode("latin-1").rstrip(" \t")
+
+    def __getitem__(self, name: str) -> str:
+        return self._all()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._all().get(name, default)
+
+    def getall(self, name: str, default: Any = None) -> Any:
+        return self._all().getall(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._all()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __repr__(self) -> str:
+        return f"<RawHeaders({list(self._all().items())!r})>"

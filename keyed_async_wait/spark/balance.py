@@ -3,15 +3,19 @@
 A key-ordered job lasts as long as its fullest partition, and Spark's hash spreads keys
 unevenly: 2,000 keys over two partitions put 52.5% of the rows in one, and the fewer keys a
 partition gets the wider the spread (31 keys a partition over 64: the fullest about 1.4x the
-mean). :func:`balanced` counts every key's rows (one more pass over the input), gives each key,
-heaviest first, to the partition with the fewest rows so far (greedy LPT: the fullest partition
-is within 4/3 of the best split), and repartitions by that assignment.
+mean). :func:`balanced` counts every key's rows and the partition Spark's hash gives it (one
+more pass over the input), decides where each key goes
+(:func:`keyed_async_wait.core.placement.assignment`: mostly the hash's place, a few keys moved
+from the fullest partitions to the emptiest), and repartitions by the partitions' labels, the
+keys moved looked up in a map the plan carries (no join, no broadcast) or, for many keys or
+keys of several columns, in a broadcast join.
 
 Invariant: every row of a key goes to one partition, whatever the input holds by the time the
 wait runs it. A key is placed by its assignment, or, when the count did not see it (a source
-that changed in between) or its key is NULL, by a hash of the key; both are functions of the
-key alone. With more than :data:`MAX_KEYS` distinct keys nothing is collected and the keys are
-hashed as without balancing (logged): that many keys spread evenly by hash, unless a few are hot.
+that changed in between) or its key is NULL, by Spark's hash of the key, as without balancing;
+both are functions of the key alone. With more than :data:`MAX_KEYS` distinct keys nothing is
+collected and the keys are hashed as without balancing (logged): that many keys spread evenly
+by hash, unless a few are hot.
 
 :class:`Placement` is what a key-ordered wait does to its input before its tasks: by the key
 (hash or rows), then sorted within each partition; checked when made, applied after every other
@@ -20,7 +24,6 @@ option of the call is checked, since balancing runs a job.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +31,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from ..core.checks import check_bool
 from ..core.exceptions import ConfigError
+from ..core.placement import assignment, lpt
 from .key_hash import map_key, placement_columns
 from .key_spread import check_partitioned_by_key
 from .session import key_partitions
@@ -50,13 +54,7 @@ _CANDIDATES = 64
 def assign(rows: Sequence[int], partitions: int) -> list[int]:
     """The partition of each key, given its rows: heaviest first, each to the partition with
     the fewest rows so far (ties: the lowest partition)."""
-    loads = [(0, p) for p in range(partitions)]
-    placed = [0] * len(rows)
-    for i in sorted(range(len(rows)), key=lambda i: -rows[i]):
-        load, p = heapq.heappop(loads)
-        placed[i] = p
-        heapq.heappush(loads, (load + rows[i], p))
-    return placed
+    return lpt(rows, partitions)
 
 
 _LABELS: dict[int, list[int]] = {}  # partitions -> labels: Spark's hash and its seed are fixed
@@ -89,10 +87,10 @@ def _labels(df: DataFrame, partitions: int) -> list[int]:
 def balanced(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
     """``df`` in ``partitions`` partitions by ``columns``, each key placed by its rows (see the
     module); its columns as they were."""
-    mapping = key_placement(df, columns, partitions)
-    if mapping is None:
+    moved = key_placement(df, columns, partitions)
+    if moved is None:
         return _hashed(df, columns, partitions)
-    return placed_by(df, columns, partitions, mapping)
+    return placed_by(df, columns, partitions, moved)
 
 
 def _hashed(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
@@ -100,34 +98,81 @@ def _hashed(df: DataFrame, columns: list[str], partitions: int) -> DataFrame:
     return df.repartition(partitions, *placement_columns(df.schema, columns))
 
 
-def key_placement(df: DataFrame, columns: list[str], partitions: int) -> DataFrame | None:
-    """Each key of ``df`` with the label of its partition (a small DataFrame, to broadcast);
-    None past :data:`MAX_KEYS` distinct keys (logged)."""
+Moved = list[tuple[tuple[Any, ...], int]]  # keys (their column values) placed off their hash: where
+
+
+def key_placement(df: DataFrame, columns: list[str], partitions: int) -> Moved | None:
+    """The keys of ``df`` that go to another partition than Spark's hash sends them to, each
+    with its partition (:func:`~keyed_async_wait.core.placement.assignment`: mostly few); None
+    past :data:`MAX_KEYS` distinct keys (logged)."""
     # counted in as many tasks as the wait's partitions (the shuffle partitions, 200 by
-    # default, cost more than the count here)
-    keyed = df.repartition(partitions, *placement_columns(df.schema, columns))
-    counted = keyed.groupBy(*columns).count().limit(MAX_KEYS + 1).collect()
+    # default, cost more than the count here), each key with the partition its hash gives
+    by = placement_columns(df.schema, columns)
+    keyed = df.repartition(partitions, *by)
+    hashed = F.pmod(F.hash(*by), F.lit(partitions))
+    counted = (
+        keyed.groupBy(*columns)
+        .agg(F.count(F.lit(1)).alias("_kaw_rows"), F.min(hashed).alias("_kaw_hashed"))
+        .limit(MAX_KEYS + 1)
+        .collect()
+    )
     if len(counted) > MAX_KEYS:
         log.warning(
             "key_ordered_wait(balance_keys=True): over %d distinct keys; spread by their hash instead",
             MAX_KEYS,
         )
         return None
-    placed = assign([int(row["count"]) for row in counted], partitions)
-    labels = partition_labels(df, partitions)
-    fields = [*df.select(*columns).schema.fields, StructField(_LABEL, LongType(), False)]
-    return df.sparkSession.createDataFrame(
-        [(*(row[c] for c in columns), labels[p]) for row, p in zip(counted, placed, strict=True)],
-        StructType(fields),
-    )
+    keys = [tuple(row[c] for c in columns) for row in counted]
+    start = [int(row["_kaw_hashed"]) for row in counted]
+    # a key with a NULL part matches no equality (the join below): it stays where its hash is
+    movable = [all(v is not None for v in key) for key in keys]
+    placed = assignment([int(row["_kaw_rows"]) for row in counted], start, partitions, movable)
+    return [(key, p) for key, p, h in zip(keys, placed, start, strict=True) if p != h]
 
 
-def placed_by(df: DataFrame, columns: list[str], partitions: int, mapping: DataFrame) -> DataFrame:
-    """``df`` repartitioned by ``mapping``'s labels; a key it lacks (or a NULL key, which no
-    equality matches) by a hash of the key."""
-    by_key = F.coalesce(F.col(_LABEL), F.hash(*placement_columns(df.schema, columns)).cast("long"))
+def placed_by(df: DataFrame, columns: list[str], partitions: int, moved: Moved) -> DataFrame:
+    """``df`` repartitioned so that each key in ``moved`` goes to its partition and every other
+    key (one the count did not see, a NULL one) where Spark's hash sends it: by the label of
+    the partition, a long whose hash Spark sends there (:func:`partition_labels`). The keys
+    moved are looked up in a map written into the plan (one column of integers or strings, up
+    to :data:`MAX_LITERAL` keys), else in a broadcast join."""
+    by = placement_columns(df.schema, columns)
+    # longs, as they were found (a Python int is an INT literal, which hashes otherwise)
+    labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(df, partitions)])
+    hashed = F.pmod(F.hash(*by), F.lit(partitions))
+    literal = _literal_map(df.schema, columns, moved)
+    if literal is not None or not moved:
+        target = hashed if literal is None else F.coalesce(F.element_at(literal, F.col(columns[0])), hashed)
+        return df.repartition(partitions, F.element_at(labels, target + 1))
+    fields = [*df.select(*columns).schema.fields, StructField(_LABEL, IntegerType(), False)]
+    mapping = df.sparkSession.createDataFrame([(*key, p) for key, p in moved], StructType(fields))
     joined = df.join(F.broadcast(mapping), on=columns, how="left").select(*df.columns, _LABEL)
-    return joined.repartition(partitions, by_key).drop(_LABEL)
+    target = F.coalesce(F.col(_LABEL), hashed)
+    return joined.repartition(partitions, F.element_at(labels, target + 1)).drop(_LABEL)
+
+
+MAX_LITERAL = (
+    1_000  # keys moved the plan carries as a map literal (Spark scans a map per lookup); past it: a join
+)
+_LITERAL_TYPES = {"tinyint", "smallint", "int", "bigint", "string"}
+
+
+def _literal_map(schema: StructType, columns: list[str], moved: Moved) -> Any:
+    """The keys moved as a SQL map literal from key to partition (None: a key of several
+    columns or of another type, or too many of them). Strings go in as their UTF-8 bytes in
+    hex, so no text of a key is ever parsed as SQL."""
+    if len(columns) != 1 or not moved or len(moved) > MAX_LITERAL:
+        return None
+    kind = schema[columns[0]].dataType
+    name = kind.simpleString()
+    if name not in _LITERAL_TYPES or getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+        return None
+    if name == "string":
+        keys = [f"CAST(X'{str(key).encode('utf-8').hex()}' AS STRING)" for (key,), _ in moved]
+    else:
+        keys = [f"CAST({int(key)} AS {name})" for (key,), _ in moved]
+    pairs = ", ".join(f"{key}, {p}" for key, (_, p) in zip(keys, moved, strict=True))
+    return F.expr(f"map({pairs})")
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,43 @@ def test_nan_zero_and_array_keys_are_placed_as_spark_groups_them(spark: Any) -> 
     assert len(keys) == 4  # NaN, and 0.0 with -0.0, each with two arrays
     assert all(row.parts == 1 for row in keys)
     assert sum(row.n for row in keys) == 90
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"),
+    [
+        ("string", "concat('k''\\\\', CAST(id % 2000 AS STRING), ' é\"')"),  # quotes, a backslash, UTF-8
+        ("int", "CAST(id % 2000 AS INT)"),
+        ("double", "CAST(id % 2000 AS DOUBLE)"),  # a join: no map literal of doubles
+    ],
+)
+def test_keys_of_each_kind_are_split_evenly_and_whole(spark: Any, kind: str, key: str) -> None:
+    df = spark.range(ROWS).selectExpr("id AS seq", f"{key} AS order_id")
+    assert dict(df.dtypes)["order_id"] == kind
+    even = balanced(df, ["order_id"], 2)
+    assert _shares(even) == [0.5, 0.5]
+    assert all(len(parts) == 1 for parts in _partitions_of_keys(even).values())
+    assert sorted(even.collect()) == sorted(df.collect())
+
+
+def test_past_the_literal_limit_the_keys_moved_are_joined(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(balance, "MAX_LITERAL", 3)
+    df = spark.range(ROWS).selectExpr("id AS seq", f"id % {KEYS} AS order_id")
+    moved = key_placement(df, ["order_id"], 2)
+    assert moved is not None and 3 < len(moved) < KEYS // 10  # few keys move, but more than 3
+    even = placed_by(df, ["order_id"], 2, moved)
+    assert "BroadcastHashJoin" in even._jdf.queryExecution().executedPlan().toString()
+    assert _shares(even) == [0.5, 0.5]
+    assert all(len(parts) == 1 for parts in _partitions_of_keys(even).values())
+
+
+def test_keys_of_two_columns_are_split_evenly_and_whole(spark: Any) -> None:
+    df = spark.range(ROWS).selectExpr("id AS seq", f"id % {KEYS} AS order_id", "id % 3 AS shop")
+    even = balanced(df, ["order_id", "shop"], 3)
+    counts = [r[1] for r in even.groupBy(F.spark_partition_id()).count().collect()]
+    assert max(counts) - min(counts) <= 10  # keys of ~3 rows each
+    tagged = even.withColumn("p", F.spark_partition_id())
+    parts = tagged.groupBy("order_id", "shop").agg(F.countDistinct("p").alias("parts"))
+    assert parts.count() == 6_000 and parts.where("parts > 1").count() == 0
