@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -261,13 +262,16 @@ def _median(seconds: list[float]) -> float:
     return round(statistics.median(seconds), 3) if seconds else 0.0
 
 
-def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
+def _foreach_stream(
+    spark: SparkSession, folder: Path, checkpoint: Path, function: Callable[[Sink], Any]
+) -> dict[str, Any]:
+    """The figures of a stream over ``folder`` whose ``foreachBatch`` is ``function(sink)``."""
     split = CpuSplit(spark)
     sink = Sink(split)
     query = (
         _stream_source(spark, folder)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(work / "cp-plain"))
+        .writeStream.foreachBatch(function(sink))
+        .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
@@ -276,15 +280,20 @@ def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any
     return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
 
 
+def plain_stream(spark: SparkSession, folder: Path, work: Path) -> dict[str, Any]:
+    return _foreach_stream(spark, folder, work / "cp-plain", lambda sink: sink)
+
+
 def _pooled(capacity: int) -> Any:
     """A hand-written task body: the rows of each Arrow batch through ``enrich`` with at most
-    ``capacity`` calls in flight (a semaphore, no key order), on the worker's event loop."""
+    ``capacity`` calls in flight (a semaphore, no key order), on an event loop of the task's
+    own (uvloop, as ours runs with the ``fast`` extra)."""
 
     def run(batches: Any) -> Any:
         import pyarrow as pa
         import uvloop
 
-        loop = uvloop.new_event_loop()  # as ours: the fast extra's loop
+        loop = uvloop.new_event_loop()
 
         async def calls(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             gate = asyncio.Semaphore(capacity)
@@ -327,28 +336,20 @@ def stage_stream(
     lookups (no key order, nothing kept for a restart)."""
     from pyspark import StorageLevel
 
-    split = CpuSplit(spark)
-    sink = Sink(split)
     slots = key_partitions(spark)
 
-    def each(batch: DataFrame, batch_id: int) -> None:
-        staged = batch.repartition(slots, "order_id").sortWithinPartitions("seq").mapInArrow(body, schema)
-        staged = staged.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            sink(staged.where("seq IS NOT NULL"), batch_id)
-        finally:
-            staged.unpersist()
+    def each_of(sink: Sink) -> Callable[[DataFrame, int], None]:
+        def each(batch: DataFrame, batch_id: int) -> None:
+            staged = batch.repartition(slots, "order_id").sortWithinPartitions("seq").mapInArrow(body, schema)
+            staged = staged.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                sink(staged.where("seq IS NOT NULL"), batch_id)
+            finally:
+                staged.unpersist()
 
-    query = (
-        _stream_source(spark, folder)
-        .writeStream.foreachBatch(each)
-        .option("checkpointLocation", str(work / f"cp-{name}"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    split.sample()
-    return _figures([json.loads(p.json) for p in query.recentProgress], split, sink)
+        return each
+
+    return _foreach_stream(spark, folder, work / f"cp-{name}", each_of)
 
 
 def _identity(batches: Any) -> Any:

@@ -137,12 +137,14 @@ def placed_by(df: DataFrame, columns: list[str], partitions: int, moved: Moved) 
     moved are looked up in a map written into the plan (one column of integers or strings, up
     to :data:`MAX_LITERAL` keys), else in a broadcast join."""
     by = placement_columns(df.schema, columns)
+    if not moved:  # the hash's split is as even as it gets: Spark's own placement, as it plans it
+        return df.repartition(partitions, *by)
     # longs, as they were found (a Python int is an INT literal, which hashes otherwise)
     labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(df, partitions)])
     hashed = F.pmod(F.hash(*by), F.lit(partitions))
     literal = _literal_map(df.schema, columns, moved)
-    if literal is not None or not moved:
-        target = hashed if literal is None else F.coalesce(F.element_at(literal, F.col(columns[0])), hashed)
+    if literal is not None:
+        target = F.coalesce(F.element_at(literal, F.col(columns[0])), hashed)
         return df.repartition(partitions, F.element_at(labels, target + 1))
     fields = [*df.select(*columns).schema.fields, StructField(_LABEL, IntegerType(), False)]
     mapping = df.sparkSession.createDataFrame([(*key, p) for key, p in moved], StructType(fields))

@@ -43,7 +43,7 @@ def _shares(df: Any) -> list[float]:
 
 def _partitions_of_keys(df: Any) -> dict[Any, set[int]]:
     """Per key, the partitions its rows are in."""
-    seen: dict[int, set[int]] = defaultdict(set)
+    seen: dict[Any, set[int]] = defaultdict(set)
     for row in df.select("order_id", F.spark_partition_id().alias("p")).distinct().collect():
         seen[row.order_id].add(row.p)
     return seen
@@ -163,3 +163,14 @@ def test_keys_of_two_columns_are_split_evenly_and_whole(spark: Any) -> None:
     tagged = even.withColumn("p", F.spark_partition_id())
     parts = tagged.groupBy("order_id", "shop").agg(F.countDistinct("p").alias("parts"))
     assert parts.count() == 6_000 and parts.where("parts > 1").count() == 0
+
+
+def test_keys_not_moved_are_where_sparks_hash_puts_them(spark: Any) -> None:
+    df = spark.range(ROWS).selectExpr("id AS seq", f"id % {KEYS} AS order_id")
+    hashed = {k: p for k, [p] in _partitions_of_keys(df.repartition(2, "order_id")).items()}
+    moved = key_placement(df, ["order_id"], 2)
+    assert moved
+    for keys_moved in (moved, []):  # a map literal; nothing to move
+        spread = _partitions_of_keys(placed_by(df, ["order_id"], 2, keys_moved))
+        target = {key: p for (key,), p in keys_moved}
+        assert {k: p for k, [p] in spread.items()} == {k: target.get(k, p) for k, p in hashed.items()}
