@@ -20,14 +20,54 @@ def kill_group(proc: subprocess.Popen[Any]) -> None:
     proc.wait(60)
 
 
+class TimedOut(subprocess.TimeoutExpired):
+    """A bounded child that did not end in time, with what it printed (its Python threads'
+    stacks among it) in the message."""
+
+    def __str__(self) -> str:
+        return (
+            f"{super().__str__()}\n--- its stdout, last lines:\n{_tail(self.stdout, 2000)}"
+            f"\n--- its stderr, last lines:\n{_tail(self.stderr, 6000)}"
+        )
+
+
+def _tail(text: str | bytes | None, chars: int) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return (text or "")[-chars:]
+
+
+def _stacks_then_kill(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGABRT the child, whose faulthandler then prints every Python thread's stack, and
+    kill its group once it has ended or after 20 s; returns all it printed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=20)  # the JVM it started may hold the pipes open
+    kill_group(proc)
+    return proc.communicate()
+
+
 def run_bounded(args: Sequence[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """``subprocess.run`` with ``capture_output`` and ``text``, whose whole process group is
-    killed when it times out (then TimeoutExpired is raised) or when anything goes wrong."""
+    killed when it times out or when anything goes wrong. On a timeout :class:`TimedOut` is
+    raised with the child's output, in which a Python child (run with ``PYTHONFAULTHANDLER``)
+    has printed where each of its threads stood."""
+    env = {**(kwargs.pop("env", None) or os.environ), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+        **kwargs,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _stacks_then_kill(proc)
+        raise TimedOut(proc.args, timeout, stdout, stderr) from None
     except BaseException:
         kill_group(proc)
         proc.communicate()

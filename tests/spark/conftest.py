@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -44,20 +45,33 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+class ConnectServer(NamedTuple):
+    url: str  # sc://127.0.0.1:PORT
+    log: Path  # what the server and its Python processes wrote to stderr
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
 @pytest.fixture(scope="session")
-def connect_url() -> Iterator[str]:
-    """``sc://127.0.0.1:PORT`` of a local Spark Connect server, stopped after the session."""
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server, stopped after the session; its stderr goes to a file a
+    failing test shows the end of."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = Path(__file__).with_name("connect_server.py")
-    with group(
-        [sys.executable, str(server), str(port)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    ) as proc:
+    log = tmp_path_factory.mktemp("connect-server") / "stderr.log"
+    with (
+        log.open("w") as stderr,
+        group(
+            [sys.executable, str(server), str(port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        ) as proc,
+    ):
         assert proc.stdout is not None
         deadline = time.monotonic() + 180
         line = ""
@@ -65,5 +79,7 @@ def connect_url() -> Iterator[str]:
             ready, _, _ = select.select([proc.stdout], [], [], 1.0)
             if ready:
                 line = proc.stdout.readline().strip()
-        assert line == "ready", f"the Connect server did not start (exit {proc.poll()})"
-        yield f"sc://127.0.0.1:{port}"
+        assert line == "ready", (
+            f"the Connect server did not start (exit {proc.poll()}): {log.read_text()[-4000:]}"
+        )
+        yield ConnectServer(f"sc://127.0.0.1:{port}", log)
