@@ -58,9 +58,11 @@ def test_a_rate_limit_holds_for_every_window_of_calls(service: Any) -> None:
     starts = sorted(start for _, start, _, _ in state.calls)
     assert len(starts) == 120
     # any window of calls: at most burst + rate * T. The times are the service's, taken when each
-    # request reaches its handler: 25 ms for that (both ends of a window) and for scheduling
-    # (measured once: 101 calls in 470 ms, where the limiter's own clock allows them in 480 ms).
-    slack = 0.025
+    # request reaches its handler, which on a loaded machine may run late and then take several
+    # waiting requests at once (seen: 13 calls within 11.5 ms of its clock, 5 ms apart when sent),
+    # so a window may be 100 ms longer than it was. No limit (120 calls in about 50 ms) or one
+    # at twice the rate still fails: each breaks one of the two bounds below.
+    slack = 0.1
     for i, first in enumerate(starts):
         for j in range(i, len(starts)):
             assert j - i + 1 <= burst + rate * (starts[j] - first + slack)
