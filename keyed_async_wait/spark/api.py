@@ -28,8 +28,9 @@ from ..core.retry import RetryStrategy
 from ..core.spec import WaitSpec
 from ..runtime.chain import Chain
 from .balance import Placement
+from .column_names import misread, stage_names
 from .journal import ProgressJournal, journal_prefix
-from .key_hash import map_key
+from .key_hash import map_key, quoted
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
@@ -351,6 +352,11 @@ def _wait(df: DataFrame, fn: Any, spec: WaitSpec, observe: str | None, **edge: A
         raise ConfigError("observe", observe, "a name for Spark's observed metrics, or None")
     place: Placement | None = edge.pop("place", None)
     plan, out, results = make_plan(df, fn, spec, **edge)
+    renamed = stage_names(df.columns)
+    if renamed is not None:  # a name Spark reads as a path: renamed for the stage, given back in it
+        plan.input_names = tuple(df.columns)
+        df = df.toDF(*[renamed.get(c, c) for c in df.columns])
+        place = place.renamed(renamed) if place is not None else None
     if place is not None:  # after every option is checked: balancing runs a job
         df = place(df)
     enriched = df.mapInArrow(partial(run_partition, plan), out)
@@ -360,13 +366,15 @@ def _wait(df: DataFrame, fn: Any, spec: WaitSpec, observe: str | None, **edge: A
     if observe is None:
         return enriched
     # Spark's observed metrics: per batch query, or per micro-batch in the streaming query progress
-    first = F.col(results.fieldNames()[0])
+    first = F.col(quoted(results.fieldNames()[0]))
     measures = [
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.when(first.isNull(), 1).otherwise(0)).alias("misses"),
     ]
     if plan.error_column is not None:
-        measures.append(F.sum(F.when(F.col(plan.error_column).isNotNull(), 1).otherwise(0)).alias("errors"))
+        measures.append(
+            F.sum(F.when(F.col(quoted(plan.error_column)).isNotNull(), 1).otherwise(0)).alias("errors")
+        )
     return enriched.observe(observe, *measures)
 
 
@@ -384,6 +392,13 @@ def _key_ordered_stream(
         raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
     if STATE_COLUMN in df.columns:
         raise ConfigError("df", STATE_COLUMN, f"a DataFrame without a column named {STATE_COLUMN}")
+    misnamed = [c for c in df.columns if misread(c)]
+    if misnamed:  # its state keeps the columns by name: the batch waits rename them, a stream cannot yet
+        allowed = (
+            "columns named without '.' or '`' in key_ordered_stream (Spark reads such a name as a path); "
+        )
+        allowed += f"rename it first, e.g. df.withColumnRenamed({misnamed[0]!r}, ...)"
+        raise ConfigError("df column", misnamed[0], allowed)
     on_error = state["on_error"]
     if on_error not in ("fail", "emit", "defer"):
         raise ConfigError("on_error", on_error, "'fail', 'emit', 'defer'")
@@ -480,5 +495,5 @@ def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame
     tuple of DataFrame
         The rows without an error (the column dropped), and those with one.
     """
-    failed = F.col(error_column).isNotNull()
+    failed = F.col(quoted(error_column)).isNotNull()
     return df.where(~failed).drop(error_column), df.where(failed)

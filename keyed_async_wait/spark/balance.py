@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -199,6 +199,11 @@ class Placement:
         if self.assumed and self.num_partitions is not None:
             allowed = "None with assume_partitioned=True (the DataFrame's own partitions run)"
             raise ConfigError("num_partitions", self.num_partitions, allowed)
+
+    def renamed(self, names: dict[str, str]) -> Placement:
+        """This placement over the same DataFrame with columns renamed as ``names`` says."""
+        sort_by = [names.get(c, c) for c in self.sort_by] if self.sort_by else self.sort_by
+        return replace(self, columns=[names.get(c, c) for c in self.columns], sort_by=sort_by)
 
     def __call__(self, df: DataFrame) -> DataFrame:
         if self.balance and df.isStreaming:

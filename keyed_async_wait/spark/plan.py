@@ -48,6 +48,9 @@ class Plan:
     backlog: BacklogPolicy | None = None  # None: fixed settings, no gears
     bounded: bool = False  # a batch query (always backlog under a policy)
     event_time: str | None = None  # a column whose lag behind the clock signals a backlog
+    # every input column's name, given back to each batch: the stage ran with names Spark
+    # misreads renamed (spark.column_names); None: the batches carry their names
+    input_names: tuple[str, ...] | None = None
 
     @property
     def mode(self) -> OutputMode:

@@ -19,6 +19,7 @@ from typing import Any
 from ..core.backlog import Gear
 from ..core.latency import LatencyHistogram
 from ..runtime.backend import counters_of
+from .column_names import named
 from .columnar import ColumnarRun, supports_columnar
 from .instances import Instances
 from .metrics import BACKEND_COUNTERS
@@ -165,6 +166,8 @@ def run_partition(plan: Plan, iterator: Iterator[Any]) -> Iterator[Any]:
     batches start while earlier ones are in flight: concurrency does not stop at batch ends.
     """
     batches: Iterator[Any] = iter(iterator)
+    if plan.input_names is not None:
+        batches = named(batches, plan.input_names)
     gear = None
     if plan.backlog is not None:
         gear, reason, batches = _choose_gear(plan, batches)

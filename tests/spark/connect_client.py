@@ -16,6 +16,10 @@ def users(url: str) -> HttpLookup:
     return HttpLookup(url + "/users/{user_id}", fields=[Field("name"), Field("tier")])
 
 
+async def _user_named(record: dict[str, Any]) -> dict[str, Any]:
+    return {"name": f"user-{record['user.id']}"}  # the column `user.id`, not the struct's field
+
+
 def waits(spark: Any, url: str, *_: str) -> None:
     df = spark.createDataFrame(
         [(i, i % 7, i % 40) for i in range(300)], "seq long, order_id long, user_id long"
@@ -52,6 +56,15 @@ def waits(spark: Any, url: str, *_: str) -> None:
     by_map = AsyncDataStream.key_ordered_wait(mapped, users(url), "m", order_by="seq", num_partitions=7)
     where = by_map.selectExpr("m['a'] AS k", "spark_partition_id() AS p").distinct().collect()
     assert sorted(r.k for r in where) == list(range(7)), where
+    dotted = spark.sql(
+        "SELECT id AS `s.eq`, id % 40 AS `user.id`, named_struct('id', -1) AS user FROM range(50)"
+    )
+    named = AsyncDataStream.key_ordered_wait(
+        dotted, _user_named, "user.id", order_by="s.eq", output_schema="name string"
+    )
+    assert sorted((r["s.eq"], r["name"]) for r in named.collect()) == [
+        (i, f"user-{i % 40}") for i in range(50)
+    ]
     try:
         AsyncWaitMetrics(spark, via="accumulators")
     except ConfigError as exc:
