@@ -31,10 +31,8 @@ class TimedOut(subprocess.TimeoutExpired):
         )
 
 
-def _tail(text: str | bytes | None, chars: int) -> str:
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return (text or "")[-chars:]
+def _tail(text: str | None, chars: int) -> str:
+    return (text or "")[-chars:]  # run_bounded's child runs in text mode
 
 
 def _stacks_then_kill(proc: subprocess.Popen[str]) -> tuple[str, str]:
