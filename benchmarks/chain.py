@@ -39,9 +39,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql import DataFrame
 
-from keyed_async_wait import AsyncDataStream, Chain, KeyedAsyncWaitOperator, OperatorSnapshot, Step
+from keyed_async_wait import AsyncDataStream, Chain, Step
 from keyed_async_wait.app.service import ServiceState, run_service
 from keyed_async_wait.core.chain import ChainProgress
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OperatorSnapshot
 from lookup import Field, HttpLookup
 
 sys.path.insert(0, os.path.dirname(__file__))

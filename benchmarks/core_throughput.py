@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from keyed_async_wait import AsyncFunction, KeyedAsyncWaitOperator, OutputMode
+from keyed_async_wait import AsyncFunction
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 
 
 async def noop(record: dict) -> dict:

@@ -26,9 +26,9 @@ import pyarrow as pa
 import redis
 import redis.asyncio as aioredis
 
-from keyed_async_wait import KeyedAsyncWaitOperator
 from keyed_async_wait.app.embedded import redis_url_or_embedded
 from keyed_async_wait.app.service import free_port
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import HttpLookup, PartialCache, RedisLookup
 
 

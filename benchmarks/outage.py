@@ -9,7 +9,7 @@ every call for S seconds.
 
 1. retries alone: ``exponential_backoff(200, 0.05, 0.25)``: each record waits the outage out in
    place, calling again after each back-off;
-2. the breaker: ``Limits(breaker_failures=20, breaker_cool_off=1)`` with ``on_error="defer"``
+2. the breaker: ``Limits(breaker_failures=20, breaker_cool_off=1)`` with ``defer=DeferPolicy()``
    (retries ``fixed_delay(2, 0.05)``, ``DeferPolicy(delay=2, max_delay=4)``): after 20 failures
    in a row a worker stops calling and probes once a second; records fail at once, are parked
    with their key, and later micro-batches replay them once the circuit has closed.

@@ -68,7 +68,6 @@ def backlog(spark: SparkSession, work: Path, rows: int, batches: int, window: in
         sink=lambda df, batch_id: df.write.format("noop").mode("overwrite").save(),
         checkpoint_location=str(work / f"cp-{window}"),
         output_schema="v long",
-        on_error="defer",
         defer=DeferPolicy(delay=3600.0),
         heartbeat=1,
         state_window=window,

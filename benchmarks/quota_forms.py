@@ -21,10 +21,11 @@ import time
 import uuid
 from typing import Any
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RetryStrategy
+from keyed_async_wait import RetryStrategy
 from keyed_async_wait.app.embedded import redis_url_or_embedded
 from keyed_async_wait.app.quota import Quota
 from keyed_async_wait.app.service import ServiceState, run_service
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Budget, Field, HttpLookup, Limits
 
 RETRY = RetryStrategy.fixed_delay(20, 0.05)

@@ -35,8 +35,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import psutil
 
-from keyed_async_wait import AsyncDataStream, KeyedAsyncWaitOperator
+from keyed_async_wait import AsyncDataStream
 from keyed_async_wait.app.service import ServiceState, run_service
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import HttpWrite
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -26,7 +26,7 @@ from typing import Any
 
 import uvloop
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 
 KEYS = 2_000
 CHUNK = 10_000

@@ -460,7 +460,6 @@ def soak(
             checkpoint_location=f"{tmp}/cp",
             output_schema="v long",
             capacity=capacity,
-            on_error="defer",
             defer=DeferPolicy(delay=5.0, max_delay=60.0),
             time_cap=2.0,
             heartbeat=1,

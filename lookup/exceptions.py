@@ -2,24 +2,25 @@
 
 ::
 
-    LookupServiceError                 base; .lookup_key, .retryable
-    ├── LookupTimeoutError (TimeoutError)      the service did not answer in time      retryable
-    ├── ServiceUnavailableError               refused, reset, 5xx, 503                 retryable
-    │   ├── RateLimitedError                  429; .retry_after seconds                retryable
-    │   └── CircuitOpenError                  not called: the circuit is open          not retryable
-    │                                         (.retry_after: until its probe)
-    ├── BadResponseError                      other 4xx, bad JSON, wrong fields;       not retryable
-    │   │                                     .status and a snippet of the body
-    │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
-    ├── CertificateError                      TLS: the service's certificate is not    not retryable
-    │                                         trusted (give ca_file=)
-    ├── AccessDeniedError                     the service (or a proxy) refused the     not retryable
-    │                                         credentials: a wrong password, an ACL
-    │                                         user without the command, a proxy's 407
-    ├── RequestError                          a request that cannot be made: a URL a   not retryable
-    │                                         template rendered is not a valid URL
-    ├── TemplateError (KeyError)              the record lacks a field a template names not retryable
-    └── VersionError                          a write's version is NULL or has no order   not retryable
+    keyed_async_wait.KeyedAsyncWaitError      base of every error of this library
+    └── LookupServiceError                    base of the lookups'; .lookup_key, .retryable
+        ├── LookupTimeoutError (TimeoutError)      the service did not answer in time      retryable
+        ├── ServiceUnavailableError               refused, reset, 5xx, 503                 retryable
+        │   ├── RateLimitedError                  429; .retry_after seconds                retryable
+        │   └── CircuitOpenError                  not called: the circuit is open          not retryable
+        │                                         (.retry_after: until its probe)
+        ├── BadResponseError                      other 4xx, bad JSON, wrong fields;       not retryable
+        │   │                                     .status and a snippet of the body
+        │   └── WrongTypeError                    a Redis value of the wrong type          not retryable
+        ├── CertificateError                      TLS: the service's certificate is not    not retryable
+        │                                         trusted (give ca_file=)
+        ├── AccessDeniedError                     the service (or a proxy) refused the     not retryable
+        │                                         credentials: a wrong password, an ACL
+        │                                         user without the command, a proxy's 407
+        ├── RequestError                          a request that cannot be made: a URL a   not retryable
+        │                                         template rendered is not a valid URL
+        ├── TemplateError (KeyError)              the record lacks a field a template names not retryable
+        └── VersionError                          a write's version is NULL or has no order   not retryable
 
     keyed_async_wait.ConfigError (ValueError)
     └── LookupOptionError                     a bad option of a lookup, when it is made; names it
@@ -65,7 +66,7 @@ def snippet(body: Any, limit: int = BODY_LIMIT) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
-class LookupServiceError(Exception):
+class LookupServiceError(KeyedAsyncWaitError):
     """A lookup (or a write) failed. ``lookup_key`` says what was looked up or written (not the
     operator's key); ``action`` whether it was a ``"lookup"`` or a ``"write"``."""
 

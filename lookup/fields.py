@@ -234,7 +234,7 @@ class FieldMapper:
                     found = json.dumps(found)
             if not ok:
                 raise BadResponseError(
-                    f"field {name!r} should be {ftype}, got {kind.__name__} {found!r}",
+                    mismatch(name, ftype, found, ".".join(parts)),
                     lookup_key=lookup_key,
                     service=service,
                     body=repr(value),
@@ -242,6 +242,29 @@ class FieldMapper:
                 )
             out[name] = found
         return out
+
+
+# what a decoded JSON value is, the Field type that takes it, and another way to read it
+_JSON_KINDS: dict[type, tuple[str, str, str]] = {
+    str: ("a JSON string", "string", ""),
+    bool: ("a JSON boolean", "bool", ""),
+    int: ("a JSON number (an integer)", "int", " ('float' takes it too)"),
+    float: ("a JSON number", "float", ""),
+    dict: ("a JSON object", "json", " (the object as JSON text), or one field per value with path='a.b'"),
+    list: ("a JSON array", "json", " (the array as JSON text), or path='a.0' for one element"),
+}
+
+
+def mismatch(name: str, declared: str, found: Any, path: str) -> str:
+    """The message for a value of another type than its field declares: the JSON type met and
+    the type to declare (``Field`` is strict: a number is never read as a string, nor a string
+    as a number)."""
+    met, declare, hint = _JSON_KINDS.get(type(found), (f"a {type(found).__name__}", "json", ""))
+    where = f" (path {path!r})" if path != name else ""
+    return (
+        f"field {name!r}{where} should be {declared}, but the answer has {met} there: {found!r}; "
+        f"declare Field({name!r}, {declare!r}){hint}"
+    )
 
 
 def _walk(value: Any, path: str, lookup_key: Any, service: str, body_limit: int = BODY_LIMIT) -> Any:

@@ -17,12 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from .exceptions import ConfigError, TableArgumentError, UnknownSourceError
-from .modes import Decision
 
 __all__ = [
     "AsyncLookupSQL",
     "ConfigError",
-    "Decision",
     "TableArgumentError",
     "UnknownSourceError",
     "install",
@@ -34,4 +32,15 @@ def __getattr__(name: str) -> Any:  # the Spark parts import pyspark: only when 
         from . import session as module
 
         return getattr(module, name)
-    raise AttributeError(name)
+    if name == "Decision":  # what AsyncLookupSQL.decide returns: moved in 0.2.0
+        import warnings
+
+        warnings.warn(
+            "sql_ext.Decision is deprecated and goes in the next release: import it from sql_ext.modes",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from .modes import Decision
+
+        return Decision
+    raise AttributeError(f"module 'sql_ext' has no attribute {name!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ class AsyncLookupSQL:
         *,
         inputs: Sequence[str] | None = None,
         output_schema: str | None = None,
+        error_column: str | None = None,
         error_field: str | None = None,
     ) -> LookupSource:
         """Register ``function`` (a lookup, an AsyncFunction or an ``async def``) as ``name``:
@@ -79,7 +81,7 @@ class AsyncLookupSQL:
 
         ``inputs``: the record fields it reads, bound in order to the scalar function's arguments
         (default: the lookup's template fields). ``output_schema``: the result columns as DDL
-        (default: the lookup's declared fields). ``error_field``: a field the scalar function's
+        (default: the lookup's declared fields). ``error_column``: a field the scalar function's
         struct gets for a row whose lookup failed or whose result does not fit (its results
         NULL, the error struct there, the query goes on); without it such a row fails the query.
         The table function has its own ``error_column => ...`` argument.
@@ -92,6 +94,7 @@ class AsyncLookupSQL:
                 "so SQL gets one only from sql_ext.install(..., allow_writes=True)",
             )
         source = make_source(name, function, inputs=inputs, output_schema=output_schema)
+        error_field = _error_column(error_column, error_field, "register")
         _check_error_field(name, error_field, source.result_columns)
         try:
             scalar = scalar_function(source, session_time_zone(self.spark), error_field)
@@ -148,14 +151,29 @@ class AsyncLookupSQL:
         return decide(conf, describe_input(df.columns, upsert_key=upsert_key, change_column=change_column))
 
 
+def _error_column(error_column: str | None, error_field: str | None, call: str) -> str | None:
+    """``error_column``, or the 0.1 spelling ``error_field`` with a DeprecationWarning."""
+    if error_field is None:
+        return error_column
+    warnings.warn(
+        f"sql_ext {call}(error_field=...) is deprecated and goes in the next release; "
+        "use error_column=... (the name every wait and the table function use)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if error_column is not None and error_column != error_field:
+        raise ConfigError("error_field", error_field, f"None when error_column={error_column!r} is given")
+    return error_field
+
+
 def _check_error_field(name: str, error_field: str | None, results: Sequence[str]) -> None:
     if error_field is None:
         return
     if not isinstance(error_field, str) or not error_field.isidentifier():
-        raise ConfigError(f"{name}: error_field", error_field, "a field name, e.g. '_error', or None")
+        raise ConfigError(f"{name}: error_column", error_field, "a field name, e.g. '_error', or None")
     if error_field in results:
         allowed = f"a name that is no result column ({', '.join(results)})"
-        raise ConfigError(f"{name}: error_field", error_field, allowed)
+        raise ConfigError(f"{name}: error_column", error_field, allowed)
 
 
 def install(
@@ -165,8 +183,9 @@ def install(
     table_function: str = "async_lookup",
     declared_sources: Declarations | None = None,
     allow_writes: bool = False,
-    error_field: str | None = None,
+    error_column: str | None = None,
     arrow: bool | None = None,
+    error_field: str | None = None,
 ) -> AsyncLookupSQL:
     """Register the SQL functions in ``spark``'s session.
 
@@ -182,8 +201,10 @@ def install(
     :class:`lookup.HttpWrite`), which change a store whenever a query calls them; refused
     without it.
 
-    ``error_field``: for each scalar function of ``sources``, a struct field that holds a
-    row's error instead of failing the query (see :meth:`AsyncLookupSQL.register`).
+    ``error_column``: for each scalar function of ``sources``, a struct field that holds a
+    row's error instead of failing the query (see :meth:`AsyncLookupSQL.register`); the table
+    function takes its own ``error_column => '...'`` argument. ``error_field``: deprecated, the
+    0.1 name of ``error_column``.
 
     ``arrow``: how Spark hands the table function its table. ``None`` (the default): Arrow
     batches where pyspark can (4.1+), rows before; ``True``: Arrow batches, refused before 4.1;
@@ -194,6 +215,7 @@ def install(
     serves the same source.
     """
     compat.require_table_function()
+    error_column = _error_column(error_column, error_field, "install")
     if declared_sources is not None and not isinstance(declared_sources, Declarations):
         raise ConfigError(
             "declared_sources", declared_sources, "a DeclaredSources(http=[...], redis=[...]) or None"
@@ -205,7 +227,7 @@ def install(
         compat.require("the Arrow form of the table function (arrow=True)", (4, 1), "arrow=None or False")
     installed = AsyncLookupSQL(spark, table_function, declared_sources, allow_writes, arrow)
     for name, function in (sources or {}).items():
-        installed.register(name, function, error_field=error_field)
+        installed.register(name, function, error_column=error_column)
     if not sources:
         installed._register_table_function()
     return installed

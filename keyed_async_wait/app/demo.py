@@ -14,7 +14,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from .. import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
+from ..core.elements import OutputMode
+from ..core.retry import RetryStrategy
+from ..runtime.operator import KeyedAsyncWaitOperator
 
 
 def order_updates(n: int, orders: int, seed: int) -> list[dict[str, Any]]:

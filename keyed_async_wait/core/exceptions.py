@@ -14,12 +14,17 @@
     ├── ResultTypeError (TypeError)          an action returned something that is not a result list
     ├── StepError                            a chain step failed; names the step (runtime/chain.py)
     ├── ResultSchemaError (TypeError)        a result does not fit the output schema; names the
-    │                                        column and the record (spark/output.py)
+    │                                        column and the record
     ├── StateError                           parked state missing or damaged; names the path and
-    │                                        the micro-batch (spark/state.py)
+    │                                        the micro-batch
     ├── SnapshotError                        a snapshot cannot be taken or restored (e.g. unpicklable record)
-    └── SparkVersionError                    a feature the running pyspark cannot carry; names the
-                                             feature, the version it needs and the one running
+    ├── SparkVersionError                    a feature the running pyspark cannot carry; names the
+    │                                        feature, the version it needs and the one running
+    └── lookup.LookupServiceError            a lookup or a write failed (lookup/exceptions.py: its
+                                             own tree, each marked retryable or not)
+
+    sql_ext.TableArgumentError and sql_ext.UnknownSourceError are ConfigErrors of the SQL
+    functions (sql_ext/exceptions.py).
 
     (internal, never raised to a caller) ValueMismatch: a value a column cannot hold, turned into
     a ResultSchemaError naming the column and the key (spark/values.py)
@@ -35,9 +40,11 @@ __all__ = [
     "RecordFailedError",
     "RecordKeyError",
     "RecordTimeoutError",
+    "ResultSchemaError",
     "ResultTypeError",
     "SnapshotError",
     "SparkVersionError",
+    "StateError",
     "UnknownSettingError",
 ]
 
@@ -130,6 +137,25 @@ class RecordTimeoutError(RecordFailedError, TimeoutError):
 
 class ResultTypeError(KeyedAsyncWaitError, TypeError):
     """An action returned a value the operator cannot turn into results."""
+
+
+class ResultSchemaError(KeyedAsyncWaitError, TypeError):
+    """A result does not fit the declared output schema; names the column and the key."""
+
+
+class StateError(KeyedAsyncWaitError):
+    """The parked state is missing or damaged; names the path and the micro-batch, and says how
+    to get out (``kaw-state``)."""
+
+    def __init__(self, message: str, *, path: str, batch_id: int | None) -> None:
+        self.path, self.batch_id = path, batch_id
+        where = f" (micro-batch {batch_id})" if batch_id is not None else ""
+        super().__init__(
+            f"parked state at {path}{where}: {message}. Nothing ran. Inspect it with "
+            f"`kaw-state verify <checkpoint>`; `kaw-state rewind` re-runs micro-batches from the source "
+            "(exactly-once kept, if the source still has them), `kaw-state accept-loss` goes on without "
+            "the damaged rows (see the operations guide, 'Parked state: kaw-state')"
+        )
 
 
 class SnapshotError(KeyedAsyncWaitError):

@@ -81,7 +81,7 @@ def _normal_key(key: Any) -> Any:
 @dataclass(frozen=True)
 class WaitSpec:
     """One wait's options, checked. Made by :meth:`of` or :meth:`resolve` (the constructor
-    takes checked values as they are); see :class:`~keyed_async_wait.KeyedAsyncWaitOperator`
+    takes checked values as they are); see :class:`~keyed_async_wait.operator.KeyedAsyncWaitOperator`
     for what each means. Made on the Spark driver when a wait is called, so a bad option fails
     there, before any job; the tasks build their operators from it."""
 

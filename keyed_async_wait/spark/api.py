@@ -34,7 +34,7 @@ from .key_hash import map_key, quoted
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
 from .parked import STATE_COLUMN, ParkingPlan
-from .stream import STATE_STRUCT, KeyedStream, defer_policy, parking_stage
+from .stream import STATE_STRUCT, KeyedStream, error_handling, parking_stage
 from .task import run_partition
 
 __all__ = ["AsyncDataStream", "split_errors"]
@@ -245,7 +245,6 @@ class AsyncDataStream:
         order_by: str | Sequence[str] | None = None,
         assume_partitioned: bool = False,
         time_cap: float | None = None,
-        on_error: Literal["fail", "emit", "defer"] = "fail",
         defer: DeferPolicy | None = None,
         max_defer_age: float | None = None,
         heartbeat: float | None = None,
@@ -263,6 +262,7 @@ class AsyncDataStream:
         error_column: str | None = None,
         batch_size: int | None = 1000,
         metrics: AsyncWaitMetrics | None = None,
+        on_error: Literal["fail", "emit", "defer"] | None = None,
         **unknown: NoReturn,
     ) -> KeyedStream:
         """``key_ordered_wait`` for Structured Streaming, unfinished rows kept as keyed state
@@ -284,9 +284,15 @@ class AsyncDataStream:
         time_cap : float, optional
             Seconds a task may start work per micro-batch; what has not finished then is
             parked, with every later row of its key.
-        on_error : {"fail", "emit", "defer"}
-            ``defer``: a row whose retries ran out is parked and retried in a later micro-batch
-            (per ``defer``); after ``max_defer_age`` seconds it becomes an error row.
+        defer : DeferPolicy, optional
+            A row whose retries ran out is parked and tried again in a later micro-batch
+            (``DeferPolicy(delay=5.0, max_delay=300.0, multiplier=2.0, max_age=None)``); after
+            ``max_age`` seconds of deferral it becomes an error row in ``error_column``
+            (``"_error"`` unless named). Without it such a row fails the micro-batch, or is an
+            error row when ``error_column`` is given.
+        max_defer_age, on_error
+            Deprecated: ``defer=DeferPolicy(max_age=...)``; ``on_error="emit"`` is
+            ``error_column="_error"`` and ``on_error="defer"`` is ``defer=DeferPolicy()``.
         heartbeat : float, optional
             Seconds: keep micro-batches (and retries of parked rows) going without new input.
         keep_versions, replay_rows, state_window : int
@@ -399,9 +405,6 @@ def _key_ordered_stream(
         )
         allowed += f"rename it first, e.g. df.withColumnRenamed({misnamed[0]!r}, ...)"
         raise ConfigError("df column", misnamed[0], allowed)
-    on_error = state["on_error"]
-    if on_error not in ("fail", "emit", "defer"):
-        raise ConfigError("on_error", on_error, "'fail', 'emit', 'defer'")
     check_seconds("time_cap", state["time_cap"], optional=True)
     heartbeat = state["heartbeat"]
     check_seconds("heartbeat", heartbeat, optional=True)
@@ -415,9 +418,10 @@ def _key_ordered_stream(
     check_positive_int("state_window", state["state_window"])
     check_bool("assume_partitioned", state["assume_partitioned"])
     _check_state_types(df.schema, columns)
-    if on_error != "fail" and edge["error_column"] is None:
-        edge = {**edge, "error_column": "_error"}  # failed or too long deferred rows: with their cause
-    defer = defer_policy(on_error, state["defer"], state["max_defer_age"])
+    defer, error_column = error_handling(
+        state["on_error"], state["defer"], state["max_defer_age"], edge["error_column"]
+    )
+    edge = {**edge, "error_column": error_column}
     parking = ParkingPlan(state["time_cap"], **_journal_of(fn, state["step_journal"], checkpoint_location))
     spec = wait_spec(df, OutputMode.KEY_ORDERED, key=columns, **operator)
     passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]

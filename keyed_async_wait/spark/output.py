@@ -24,17 +24,13 @@ from typing import Any
 import pyarrow as pa
 
 from ..core.elements import FailedRecord
-from ..core.exceptions import KeyedAsyncWaitError
+from ..core.exceptions import ResultSchemaError
 from .held_rows import HeldRows
 from .values import ValueMismatch, column_converter, row_fixer, sort_key
 
 __all__ = ["ResultSchemaError", "RowSource", "key_text"]
 
 ERROR_FIELDS = ("error_type", "error_message", "attempts")
-
-
-class ResultSchemaError(KeyedAsyncWaitError, TypeError):
-    """A result does not fit the declared output schema; names the column and the key."""
 
 
 def key_text(plan: Any, record: dict[str, Any]) -> str:

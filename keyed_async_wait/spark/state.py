@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..core.exceptions import ConfigError, KeyedAsyncWaitError
+from ..core.exceptions import ConfigError, StateError
 from .key_hash import placement_columns
 from .metrics import is_connect
 from .parts import Part, read_parts, write_part
@@ -51,21 +51,6 @@ __all__ = ["FORMAT", "ParkedStore", "Part", "StateError", "Version", "joined_by_
 FORMAT = 2
 MIN_KEEP = 2
 DEFAULT_WINDOW = 16
-
-
-class StateError(KeyedAsyncWaitError):
-    """The parked state is missing or damaged; names the path and the micro-batch, and says how
-    to get out (``kaw-state``)."""
-
-    def __init__(self, message: str, *, path: str, batch_id: int | None) -> None:
-        self.path, self.batch_id = path, batch_id
-        where = f" (micro-batch {batch_id})" if batch_id is not None else ""
-        super().__init__(
-            f"parked state at {path}{where}: {message}. Nothing ran. Inspect it with "
-            f"`kaw-state verify <checkpoint>`; `kaw-state rewind` re-runs micro-batches from the source "
-            "(exactly-once kept, if the source still has them), `kaw-state accept-loss` goes on without "
-            "the damaged rows (see the README, 'Parked state')"
-        )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     stream = AsyncDataStream.key_ordered_stream(orders, users, key="order_id", order_by="seq",
                                                 sink=write_batch, checkpoint_location=path,
-                                                time_cap=5.0, on_error="defer")
+                                                time_cap=5.0, defer=DeferPolicy(max_age=3600))
     query = stream.start(processingTime="2 seconds")
 
 Each micro-batch is run by a :class:`~keyed_async_wait.spark.micro_batch.MicroBatch` (what it
@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
@@ -37,6 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import StructField, StructType
 
+from ..core.checks import check_choice
 from ..core.exceptions import ConfigError
 from ..core.parking import DeferPolicy
 from .batch_errors import reads_as_a_stop, short_for_spark
@@ -45,7 +47,7 @@ from .micro_batch import STATE_STRUCT, TICK, BatchReport, MicroBatch
 from .parked import STATE_COLUMN, ParkingPlan
 from .state import DEFAULT_WINDOW, ParkedStore
 
-__all__ = ["STATE_STRUCT", "BatchReport", "KeyedStream", "defer_policy", "parking_stage"]
+__all__ = ["STATE_STRUCT", "BatchReport", "KeyedStream", "error_handling", "parking_stage"]
 
 log = logging.getLogger(__name__)
 
@@ -311,10 +313,43 @@ def parking_stage(plan: Any, schema: StructType) -> Callable[[DataFrame, Parking
     return lambda both, parking: both.mapInArrow(partial(run_parking_partition, plan, parking), schema)
 
 
-def defer_policy(on_error: str, defer: DeferPolicy | None, max_defer_age: float | None) -> DeferPolicy | None:
-    if on_error != "defer":
-        if defer is not None or max_defer_age is not None:
-            raise ConfigError("on_error", on_error, "'defer' when defer= or max_defer_age= is given")
-        return None
-    policy = defer or DeferPolicy()
-    return policy if max_defer_age is None else replace(policy, max_age=max_defer_age)
+def error_handling(
+    on_error: str | None, defer: DeferPolicy | None, max_defer_age: float | None, error_column: str | None
+) -> tuple[DeferPolicy | None, str | None]:
+    """The stream's deferral and error column, from its options.
+
+    ``defer=DeferPolicy(...)`` defers (``max_age`` its age limit) and ``error_column`` keeps
+    failures as rows, as in every wait; a stream that defers or keeps failures gets
+    ``"_error"`` when no error column is named. ``on_error`` and ``max_defer_age`` are the
+    0.1 spellings of the same: they work for a release, with a ``DeprecationWarning`` naming
+    the new one, and contradicting the new spelling is an error."""
+    if on_error is not None:
+        on_error = check_choice("on_error", on_error, ("fail", "emit", "defer"))
+        replacement = {"fail": "nothing (failing is the default)", "emit": "error_column='_error'"}
+        _deprecated("on_error", replacement.get(on_error, "defer=DeferPolicy()"))
+        if on_error == "fail" and (defer is not None or max_defer_age is not None):
+            allowed = "'defer' (or no on_error) when defer= or max_defer_age= is given"
+            raise ConfigError("on_error", on_error, allowed)
+        if on_error == "emit" and error_column is None:
+            error_column = "_error"
+        if on_error == "defer" and defer is None:
+            defer = DeferPolicy()
+    if max_defer_age is not None:
+        _deprecated("max_defer_age", "defer=DeferPolicy(max_age=...)")
+        if defer is not None and defer.max_age is not None and defer.max_age != max_defer_age:
+            allowed = f"None when defer= says max_age={defer.max_age}"
+            raise ConfigError("max_defer_age", max_defer_age, allowed)
+        defer = replace(defer or DeferPolicy(), max_age=max_defer_age)
+    if defer is not None and not isinstance(defer, DeferPolicy):
+        raise ConfigError("defer", defer, "a DeferPolicy(delay=..., max_age=...) or None")
+    if defer is not None and error_column is None:
+        error_column = "_error"  # a row deferred past its age leaves with its cause
+    return defer, error_column
+
+
+def _deprecated(name: str, instead: str) -> None:
+    warnings.warn(
+        f"key_ordered_stream's {name}= is deprecated and goes in the next release; use {instead}",
+        DeprecationWarning,
+        stacklevel=5,  # the caller of key_ordered_stream
+    )

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from contextlib import aclosing
 from typing import Any, TypeVar
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OperatorSnapshot, Watermark
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OperatorSnapshot, Watermark
 
 T = TypeVar("T")
 

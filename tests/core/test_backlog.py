@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import AsyncFunction, ConfigError, KeyedAsyncWaitOperator
+from keyed_async_wait import AsyncFunction, ConfigError
 from keyed_async_wait.core.backlog import BACKLOG, CAUGHT_UP, BacklogPolicy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 
 from .helpers import next_turn, run
 

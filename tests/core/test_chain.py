@@ -11,18 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import (
-    Chain,
-    ConfigError,
-    DeferPolicy,
-    KeyedAsyncWaitOperator,
-    OperatorSnapshot,
-    RetryStrategy,
-    Step,
-    StepError,
-)
+from keyed_async_wait import Chain, ConfigError, DeferPolicy, RetryStrategy, Step, StepError
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress, ddl_names
 from keyed_async_wait.core.keys import key_group_for, key_group_range
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OperatorSnapshot
 
 from .helpers import Flaky, next_turn, run, taken_then_snapshot
 

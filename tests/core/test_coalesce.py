@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
+from keyed_async_wait import RetryStrategy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 
 from .helpers import TurnsAction, collect, run
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RetryStrategy
+from keyed_async_wait import RetryStrategy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from keyed_async_wait.runtime.eager import NOT_YET, prepare
 
 from .helpers import collect, next_turn, run

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode
 from keyed_async_wait.core.keys import NAN, freeze, stable_hash
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 
 from .helpers import collect, next_turn, run
 

@@ -14,17 +14,14 @@ from keyed_async_wait import (
     WHOLE_RECORD,
     AsyncFunction,
     ConfigError,
-    FailedRecord,
-    KeyedAsyncWaitOperator,
-    OutputMode,
     RecordFailedError,
     RecordKeyError,
     RecordTimeoutError,
     ResultTypeError,
     RetryStrategy,
-    Watermark,
     lookup_miss,
 )
+from keyed_async_wait.operator import FailedRecord, KeyedAsyncWaitOperator, OutputMode, Watermark
 
 from .helpers import Flaky, TurnsAction, collect, ids, next_turn, run
 

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import ConfigError, FailedRecord, KeyedAsyncWaitOperator, RetryStrategy
+from keyed_async_wait import ConfigError, RetryStrategy
 from keyed_async_wait.core.parking import DeferPolicy, ParkedBatch, ParkedItem, ParkedKeys, ParkInfo
+from keyed_async_wait.operator import FailedRecord, KeyedAsyncWaitOperator
 
 from .helpers import TurnsAction, next_turn, run
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 
 from .helpers import TurnsAction, next_turn, run, until
 

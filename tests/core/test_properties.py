@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
+from keyed_async_wait import RetryStrategy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode, Watermark
 
 from .helpers import TurnsAction, assert_nothing_crosses_watermarks, collect, ids, next_turn, per_key, run
 

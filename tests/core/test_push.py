@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import KeyedAsyncWaitOperator, OutputMode, RetryStrategy
+from keyed_async_wait import RetryStrategy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode
 from keyed_async_wait.runtime.push import PushDriver
 
 from .helpers import TurnsAction

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import ConfigError, KeyedAsyncWaitOperator, OutputMode, RetryStrategy, Watermark
+from keyed_async_wait import ConfigError, RetryStrategy
+from keyed_async_wait.operator import KeyedAsyncWaitOperator, OutputMode, Watermark
 
 from .helpers import (
     TurnsAction,

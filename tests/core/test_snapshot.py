@@ -16,18 +16,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from keyed_async_wait import (
-    ConfigError,
+from keyed_async_wait import ConfigError, SnapshotError
+from keyed_async_wait.core.keys import stable_hash, subtask_for_key_group
+from keyed_async_wait.operator import (
     KeyedAsyncWaitOperator,
     OperatorSnapshot,
     OutputMode,
-    SnapshotError,
     Watermark,
     key_group_for,
     key_group_range,
     subtask_for_key,
 )
-from keyed_async_wait.core.keys import stable_hash, subtask_for_key_group
 
 from .helpers import TurnsAction, collect, next_turn, run, taken_then_snapshot, until
 

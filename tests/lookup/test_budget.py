@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from keyed_async_wait import RecordFailedError, RetryStrategy
 from keyed_async_wait.app.quota import Quota
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Budget, Cost, Field, HttpLookup, HttpWrite, Limits, ServiceUnavailableError
 
 from ..core.helpers import run

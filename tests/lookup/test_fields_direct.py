@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,33 @@ def test_an_int_for_a_float_field_is_converted_and_a_bool_for_an_int_is_refused(
         assert "field 'n' should be int" in str(exc)
     else:
         raise AssertionError("a bool passed as an int")
+
+
+@pytest.mark.parametrize(
+    ("declared", "value", "met", "declare"),
+    [
+        ("string", 4.5, "a JSON number", "Field('score', 'float')"),
+        ("string", 7, "a JSON number (an integer)", "Field('score', 'int') ('float' takes it too)"),
+        ("float", "4.5", "a JSON string", "Field('score', 'string')"),
+        ("int", True, "a JSON boolean", "Field('score', 'bool')"),
+        ("string", {"a": 1}, "a JSON object", "Field('score', 'json')"),
+        ("int", [1], "a JSON array", "Field('score', 'json')"),
+    ],
+)
+def test_a_value_of_another_type_names_the_json_type_met_and_the_type_to_declare(
+    declared: str, value: object, met: str, declare: str
+) -> None:
+    with pytest.raises(BadResponseError) as caught:
+        FieldMapper([Field("score", declared)]).map({"score": value}, "k7", "svc")
+    message = str(caught.value)
+    assert f"field 'score' should be {declared}, but the answer has {met} there" in message
+    assert f"declare {declare}" in message and "'k7'" in message
+
+
+def test_a_nested_value_of_another_type_names_its_path() -> None:
+    mapper = FieldMapper([Field("city", "int", path="address.city")])
+    with pytest.raises(BadResponseError, match=r"field 'city' \(path 'address.city'\) should be int"):
+        mapper.map({"address": {"city": "Oslo"}}, "k", "svc")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RecordTimeoutError, RetryStrategy
+from keyed_async_wait import RecordFailedError, RecordTimeoutError, RetryStrategy
 from keyed_async_wait.app.service import free_port, profile_of
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import (
     BadResponseError,
     Field,
@@ -162,7 +163,11 @@ def test_template_field_missing_is_named() -> None:
 def test_answer_not_matching_declared_fields_is_named(service: Any) -> None:
     url, _ = service
     fn = HttpLookup(f"{url}/users/{{user_id}}", fields=[Field("name", "int")])
-    with pytest.raises(RecordFailedError, match=r"field 'name' should be int, got str"):
+    with pytest.raises(
+        RecordFailedError,
+        match=r"field 'name' should be int, but the answer has a JSON string there: "
+        r".*; declare Field\('name', 'string'\)",
+    ):
         run(lookup_all(fn, [{"order_id": 1, "user_id": 2}]))
 
 

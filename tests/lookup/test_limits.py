@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RetryStrategy
+from keyed_async_wait import RetryStrategy
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import CircuitOpenError, Field, HttpLookup, Limits
 
 from ..core.helpers import run, until

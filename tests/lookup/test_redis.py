@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError
+from keyed_async_wait import RecordFailedError
 from keyed_async_wait.app.service import free_port
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import BadResponseError, Field, RedisLookup, ServiceUnavailableError, WrongTypeError
 
 from ..core.helpers import run

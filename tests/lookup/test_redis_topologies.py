@@ -17,10 +17,11 @@ import pytest
 import redis
 import trustme
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError, RetryStrategy
+from keyed_async_wait import RecordFailedError, RetryStrategy
 from keyed_async_wait.app.embedded import redis_process
 from keyed_async_wait.app.service import free_port
 from keyed_async_wait.core.chain import PROGRESS_FIELD, ChainProgress
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import (
     AccessDeniedError,
     Budget,

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio.client import Pipeline
 
-from keyed_async_wait import FailedRecord, RecordFailedError, RetryStrategy
+from keyed_async_wait import RecordFailedError, RetryStrategy
+from keyed_async_wait.operator import FailedRecord
 from lookup import Field, LookupOptionError, RedisLookup, RedisWrite, VersionError, WrongTypeError
 from lookup.versions import encode_version
 

@@ -13,7 +13,8 @@ import trustme
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from keyed_async_wait import FailedRecord, KeyedAsyncWaitOperator, RecordFailedError
+from keyed_async_wait import RecordFailedError
+from keyed_async_wait.operator import FailedRecord, KeyedAsyncWaitOperator
 from lookup import CertificateError, Field, HttpLookup, RedisLookup, Secret
 
 from ..core.helpers import run

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from keyed_async_wait import KeyedAsyncWaitOperator, RecordFailedError
+from keyed_async_wait import RecordFailedError
 from keyed_async_wait.core.exceptions import ConfigError
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedCache
 from lookup.shared_cache import SharedCacheClient
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from keyed_async_wait import KeyedAsyncWaitOperator
 from keyed_async_wait.core.exceptions import ConfigError, RecordFailedError
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Field, HttpLookup, Limits, ServiceUnavailableError, SharedRate
 
 from ..core.helpers import run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from keyed_async_wait import KeyedAsyncWaitOperator
+from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Write
 
 

@@ -142,7 +142,6 @@ def stream(spark: Any, url: str, work: str) -> None:
         sink=WriteBatch(f"{work}/out"),
         checkpoint_location=f"{work}/cp",
         assume_partitioned=True,
-        on_error="defer",
         defer=DeferPolicy(delay=1.0, max_delay=2.0),
         retry=RetryStrategy.fixed_delay(1, 0.05),
         heartbeat=1,

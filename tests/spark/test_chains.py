@@ -82,7 +82,6 @@ def test_parked_records_resume_at_the_step_they_reached(spark: Any, service: Any
         order_by="seq",
         sink=sink,
         checkpoint_location=str(tmp_path / "cp"),
-        on_error="defer",
         defer=DeferPolicy(delay=1.0, max_delay=2.0),
         retry=RetryStrategy.fixed_delay(2, 0.01),
         heartbeat=1,

@@ -342,7 +342,6 @@ def test_a_deferred_backlog_is_carried_not_rewritten_and_drains_after(
         order_by="seq",
         sink=sink,
         checkpoint_location=str(tmp_path / "cp"),
-        on_error="defer",
         defer=DeferPolicy(delay=3600.0),  # not due again within this test, until healed below
         heartbeat=1,
         timeout=10.0,
@@ -378,7 +377,6 @@ def test_the_parked_state_follows_the_lookups_partitions_not_the_shuffle_partiti
             tmp_path,
             sink,
             time_cap=0.1,  # other keys park too, and are replayed the next micro-batch
-            on_error="defer",
             defer=DeferPolicy(delay=3600.0),
             heartbeat=1,
             timeout=10.0,

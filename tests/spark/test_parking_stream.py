@@ -133,9 +133,11 @@ def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
     assert calls_keep_key_order(state.calls)
 
 
-@pytest.mark.parametrize("on_error", ["emit", "defer"])
+@pytest.mark.parametrize(
+    "failures", [{"error_column": "_error"}, {"defer": DeferPolicy()}], ids=["error_column", "defer"]
+)
 def test_a_result_that_does_not_fit_is_an_error_row_of_the_stream_never_a_parked_retry(
-    spark: Any, tmp_path: Path, on_error: str
+    spark: Any, tmp_path: Path, failures: dict[str, Any]
 ) -> None:
     """A misfit is the service's answer, not an outage: retrying later cannot change it, so it
     is an error row at once (with ``defer`` too), and its key's later rows go on in order, also
@@ -149,7 +151,7 @@ def test_a_result_that_does_not_fit_is_an_error_row_of_the_stream_never_a_parked
     rows = [(seq, seq % 6, seq % 6) for seq in range(60)]
     write_updates(tmp_path / "in", rows, files=3)
     sink = Sink()
-    stream = capped_stream(spark, tmp_path, fn, sink, on_error=on_error)
+    stream = capped_stream(spark, tmp_path, fn, sink, **failures)
     last = stream.run_available_now(drain_timeout=60)
     assert last is not None and last.parked == 0
     out = sink.rows()
@@ -184,7 +186,6 @@ def test_defer_parks_keys_through_a_30_second_outage_and_finishes_them_in_order(
         order_by="seq",
         sink=sink,
         checkpoint_location=str(tmp_path / "cp"),
-        on_error="defer",
         defer=DeferPolicy(delay=2.0, max_delay=4.0),
         heartbeat=1,
         timeout=10.0,
@@ -280,8 +281,8 @@ def test_key_ordered_stream_checks_its_options(spark: Any, service: Any, tmp_pat
         AsyncDataStream.key_ordered_stream(batch, logged_users(url), "order_id", **common)
     with pytest.raises(ConfigError, match="time_cap=0"):
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", time_cap=0, **common)
-    with pytest.raises(ConfigError, match="'defer' when"):
-        AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", max_defer_age=5, **common)
+    with pytest.raises(ConfigError, match=r"defer=1 .*a DeferPolicy"):
+        AsyncDataStream.key_ordered_stream(stream, logged_users(url), "order_id", defer=1, **common)
     with pytest.raises(ConfigError, match="missing"):
         AsyncDataStream.key_ordered_stream(stream, logged_users(url), "nope", **common)
     with pytest.raises(ConfigError, match=r"assume_partitioned='yes' .*True or False"):

@@ -562,10 +562,10 @@ def test_an_error_column_keeps_failed_and_misfit_rows_with_their_error(
 
 
 @needs_scalar
-def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
+def test_a_scalar_error_column_keeps_failed_and_misfit_rows_with_their_error(
     spark: Any, sql: Any, service: Any
 ) -> None:
-    """The scalar form with error_field: a failed lookup (503, retries spent) and a result the
+    """The scalar form with error_column: a failed lookup (503, retries spent) and a result the
     struct cannot hold give NULL results and the error in the field; a miss stays a NULL
     struct; every other row is whole. Without the field the query fails naming the record."""
 
@@ -579,9 +579,9 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
 
     url, state = service
     state.down_ids = {"5"}
-    installed = sql_ext.install(spark, {"users": users(url)}, error_field="_err")
+    installed = sql_ext.install(spark, {"users": users(url)}, error_column="_err")
     installed.register(
-        "tiers", tier_number, inputs=["user_id"], output_schema="tier bigint", error_field="_err"
+        "tiers", tier_number, inputs=["user_id"], output_schema="tier bigint", error_column="_err"
     )
     installed.register("strict_tiers", tier_number, inputs=["user_id"], output_schema="tier bigint")
     _two_quick_attempts_over_people(spark)
@@ -603,9 +603,9 @@ def test_a_scalar_error_field_keeps_failed_and_misfit_rows_with_their_error(
     ]
     with pytest.raises(Exception, match=r"strict_tiers\(\): the result .*does not fit"):
         sql("SELECT seq, strict_tiers(user_id) AS t FROM people").collect()
-    with pytest.raises(ConfigError, match="error_field"):
+    with pytest.raises(ConfigError, match="error_column"):
         installed.register(
-            "bad", tier_number, inputs=["user_id"], output_schema="tier bigint", error_field="tier"
+            "bad", tier_number, inputs=["user_id"], output_schema="tier bigint", error_column="tier"
         )
 
 
