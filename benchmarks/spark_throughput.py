@@ -2,6 +2,8 @@
 
     ./run bench spark_throughput [--rows N] [--quick] [--json PATH] [--chart SVG]
                                  [--service python|nginx]
+    ./run bench spark_throughput --service nginx --json benchmarks/results/throughput.json
+                                 (the figures of the benchmarks page: then ./run bench report)
 
 A 20 ms HTTP service runs in its own process (``--service nginx``: Debian's nginx with its
 echo module, which costs next to nothing per request, so the figures are the library's cost;
@@ -277,7 +279,12 @@ def main() -> None:
     parser.add_argument("--pyflink", action="store_true", help="also run PyFlink's AsyncDataStream (d)")
     parser.add_argument("--pyflink-env", type=Path, default=Path(__file__).parents[1] / ".venv-pyflink")
     parser.add_argument("--pyflink-rows", type=int, default=50_000, help="rows for the PyFlink jobs")
-    parser.add_argument("--json", type=Path, help="also write the figures (rows/s by job) here")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the figures (rows/s and CPU per row by job) here; the benchmarks page is written "
+        "from benchmarks/results/throughput.json (./run bench report)",
+    )
     parser.add_argument("--chart", type=Path, help="also draw them into this SVG file")
     parser.add_argument("--defaults-job", help=argparse.SUPPRESS)  # the child run on Spark's defaults
     args = parser.parse_args()

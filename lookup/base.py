@@ -286,6 +286,31 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
             return self._result(await asyncio.shield(shared), key)
         return self._result(await self._fetch_one(key, self._units((record,), 1)), key)
 
+    def try_one(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Call once for ``record`` outside Spark and close the clients: its results (``[]``
+        for a key the service does not know), or the error a job would meet. For trying a
+        lookup's URL, auth and fields before a job; no retries (those are the wait's).
+
+        >>> users.try_one({"user_id": 7})  # doctest: +SKIP
+        [{'name': 'user-7', 'score': 52.3}]
+        """
+
+        async def once() -> list[dict[str, Any]]:
+            try:
+                return await self.invoke(record)
+            finally:
+                await self.aclose()
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the usual case: no loop here, so one of its own
+            return asyncio.run(once())
+        # called from a running loop (a notebook): its own loop in a thread, as asyncio.run can't nest
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, once()).result()
+
     # ------------------------------------------------------------------ results
 
     def _result(self, answer: Any, key: Hashable) -> list[dict[str, Any]]:

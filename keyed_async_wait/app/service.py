@@ -2,7 +2,9 @@
 the demo and the benchmarks call.
 
 ``GET /users/{id}`` answers a profile (404 for an unknown id), ``POST /users/batch`` answers
-many (a JSON list of ids in, an object from id to profile out). ``PUT``/``PATCH``/``POST``/
+many (a JSON list of ids in, an object from id to profile out). ``GET /api/users/{id}`` is the
+shape of many real APIs: behind a bearer token (``ServiceState.api_token``: 401 without it) and
+the profile under ``"data"``. ``PUT``/``PATCH``/``POST``/
 ``DELETE /records/{key}`` is a store that fences writes by ``X-Record-Version`` as
 :mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds);
 ``POST /records`` is its collection (fenced per ``X-Record-Resource``). Latency, a log of
@@ -76,6 +78,7 @@ class ServiceState:
     records: dict[str, tuple[str, Any]] = field(default_factory=dict)
     write_log: list[tuple[str, str, bool, float]] = field(default_factory=list)
     started: threading.Event = field(default_factory=threading.Event)  # set as each request starts
+    api_token: str = "demo-token"  # what GET /api/users/{id} wants as "Authorization: Bearer ..."
 
     def fail(self, status: int, count: int = -1, retry_after: str | None = None) -> None:
         self.fail_status, self.fail_count, self.retry_after = status, count, retry_after
@@ -218,6 +221,15 @@ def _app(state: ServiceState) -> web.Application:
         answered = await answer(key, profile_of(int(key)) if known else None, dict(request.query))
         return _answered(state, 1, answered)
 
+    async def api_user(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {state.api_token}":
+            return web.json_response({"error": "unauthorized"}, status=401)
+        key = request.match_info["user_id"]
+        state.keys_asked += 1
+        known = key.isdigit() and int(key) < state.users
+        answered = await answer(key, {"data": profile_of(int(key))} if known else None, dict(request.query))
+        return _answered(state, 1, answered)
+
     async def batch(request: web.Request) -> web.Response:
         ids = await request.json()
         state.keys_asked += len(ids)
@@ -248,6 +260,7 @@ def _app(state: ServiceState) -> web.Application:
     app.add_routes(
         [
             web.get("/users/{user_id}", user),
+            web.get("/api/users/{user_id}", api_user),
             web.post("/users/batch", batch),
             web.get("/stats", stats),
             web.post("/outage", outage),

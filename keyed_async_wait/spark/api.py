@@ -196,8 +196,8 @@ class AsyncDataStream:
             checks each micro-batch).
         num_partitions : int, optional
             Partitions of the repartition (default: one per task slot of the cluster, so that
-            every running task holds as many keys as it can; see "Key order at production
-            shapes" in the Spark guide).
+            every running task holds as many keys as it can; see "Hot keys, skew and
+            Spark's defaults" in the Spark guide).
         balance_keys : bool
             Place each key by its rows, not its hash, so the fullest partition (the job's
             length) holds as few rows as it can: a job at this call counts every key's rows (at

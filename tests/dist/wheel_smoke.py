@@ -1,8 +1,9 @@
 """The wheel as users install it (``./run smoke``): run by a clean virtual environment's
 Python, isolated (``-I``), from a directory outside the checkout.
 
-The three waits on a small DataFrame, the SQL functions, the console scripts, ``py.typed``,
-and mypy seeing the public API from a user's script. Exits non-zero, saying why, on failure.
+The README's first example as written (against a local service), the three waits on a small
+DataFrame, the SQL functions, the console scripts, ``py.typed``, and mypy seeing the public API
+from a user's script. Exits non-zero, saying why, on failure.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import importlib
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -105,6 +107,28 @@ def spark_jobs() -> None:
         spark.stop()
 
 
+def readme_first_example(work: Path, readme: Path) -> None:
+    """The README's first block, as a new user copies it, pointed at a local service."""
+    from keyed_async_wait.app.service import ServiceState, run_service
+
+    block = re.search(r"<!-- readme: name first -->\n```python\n(.*?)^```", readme.read_text(), re.S | re.M)
+    check(block is not None, "the README has no first example marked <!-- readme: name first -->")
+    assert block is not None
+    script = work / "first_example.py"
+    with run_service(ServiceState()) as (url, _):
+        script.write_text(block.group(1).replace("http://users-svc", url))
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, cwd=work, env=env, timeout=300
+        )
+    check(done.returncode == 0, f"the README's first example: {done.stderr[-2000:]}")
+    for user_id in (7, 8, 9):  # the table show() prints: every row enriched, the score typed
+        check(
+            re.search(rf"\|\s*{user_id}\|user-{user_id}\|\s*[0-9.]+\|", done.stdout) is not None,
+            f"the README's first example printed no enriched row for {user_id}: {done.stdout[-1000:]}",
+        )
+
+
 def console_scripts(work: Path) -> None:
     bin_dir = Path(sys.executable).parent
     for script in ("kaw-enrich", "kaw-state"):
@@ -134,10 +158,12 @@ def types_seen(work: Path) -> None:
 
 
 def main() -> None:
+    readme = Path("README.md").resolve()  # ./run smoke puts it beside this script
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         os.chdir(work)
         installed()
+        readme_first_example(work, readme)
         console_scripts(work)
         types_seen(work)
         spark_jobs()

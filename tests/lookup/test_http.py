@@ -324,3 +324,18 @@ def test_head_goes_through_aiohttp_as_the_parsers_cannot_frame_its_answer(http_c
     head, get = run(kinds())
     assert head is AiohttpTransport
     assert get is (AiohttpTransport if http_client == "aiohttp" else LeanTransport)
+
+
+def test_try_one_calls_once_outside_spark_and_closes_its_client(service: Any) -> None:
+    url, state = service
+    users = HttpLookup(f"{url}/users/{{user_id}}", fields=[Field("name"), Field("score", "float")])
+    assert users.try_one({"user_id": 7}) == [{"name": "user-7", "score": profile_of(7)["score"]}]
+    assert users.try_one({"user_id": 10**9}) == []  # the service's 404: a miss
+    with pytest.raises(BadResponseError, match=r"declare Field\('score', 'float'\)"):
+        HttpLookup(f"{url}/users/{{user_id}}", fields=[Field("score")]).try_one({"user_id": 7})
+    assert state.requests == 3
+
+    async def inside_a_running_loop() -> list[dict[str, Any]]:  # as in a notebook
+        return users.try_one({"user_id": 8})
+
+    assert asyncio.run(inside_a_running_loop()) == [{"name": "user-8", "score": profile_of(8)["score"]}]

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from keyed_async_wait.app.service import ServiceState
+
 from ..processes import run_bounded
 
 pytestmark = pytest.mark.spark
@@ -75,6 +77,7 @@ def services(service: Any, redis_url: str, tmp_path: Path) -> dict[str, str]:
     client.close()
     return {
         "http://users-svc": url,
+        "https://api.example.com": url,  # the HTTP API guide's service: GET /api/users/{id}
         "redis://cache:6379/0": redis_url,
         "s3://bucket/": f"{tmp_path}/bucket/",
     }
@@ -87,6 +90,7 @@ def _env() -> dict[str, str]:
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "USERS_API_KEY": "readme-test-key",
+        "USERS_API_TOKEN": ServiceState().api_token,  # what the service's /api/ wants
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
