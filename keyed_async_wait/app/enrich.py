@@ -1,14 +1,18 @@
-"""The main job: enrich a stream of order updates, key-ordered by order id, on Spark.
+"""kaw-enrich: enrich rows with lookups (HTTP or Redis) through Spark, in key order if you like.
 
-    kaw-enrich                       # embedded defaults: demo input, local HTTP service and Redis
-    kaw-enrich --input in/ --output out/ --http-url http://users --redis-url redis://host:6379/0
+On your own data (--input PATH or --table NAME): each row is looked up with the --http-url or
+--redis-key template over its columns, the answer's --field values become new columns, and
+the rows are written to --output; batch, or with --stream every file in a folder (the ones that
+came since the last run too). All flags are checked before Spark starts.
 
-Order updates (JSON lines: order_id, seq, version, customer_id, sku, quantity) are read as a
-Structured Streaming source, each is enriched with the customer's profile (HTTP) and the sku's
-price (Redis) through ``key_ordered_wait`` on the order id, and written to parquet with a
-checkpoint. Several updates of one order are looked up one at a time in ``seq`` order; different
-orders concurrently. At the end a summary checks that every row was enriched and that, per
-order, the lookups ran in input order.
+Without --input or --table, the demo: order updates (JSON lines: order_id, seq, version,
+customer_id, sku, quantity), generated, are read as a Structured Streaming source, each is
+enriched with the customer's profile (HTTP) and the sku's price (Redis) through
+``key_ordered_wait`` on the order id, and written to parquet with a checkpoint; its embedded
+HTTP service and Redis are started unless --http-url (a base URL) and --redis-url name others.
+Several updates of one order are looked up one at a time in ``seq`` order; different orders
+concurrently. At the end a summary checks that every row was enriched and that, per order,
+the lookups ran in input order.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from ..core.retry import RetryStrategy
 from ..runtime.function import AsyncFunction
+from . import own_data
 
 SCHEMA = "order_id long, seq long, version int, customer_id long, sku long, quantity int"
 RESULT_SCHEMA = "customer_name string, tier string, price double, enriched_at double"
@@ -338,38 +343,105 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kaw-enrich",
         description=__doc__,
+        epilog=own_data.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--input", help="folder of JSON-lines order updates (default: a generated demo input)")
-    p.add_argument("--output", help="parquet output folder (default: under --workdir)")
-    p.add_argument("--checkpoint", help="the query's checkpoint folder (default: under --workdir)")
-    p.add_argument("--workdir", help="where defaults go (default: a new temporary folder)")
-    p.add_argument(
-        "--http-url", help="customer service base URL (GET {url}/users/{customer_id}); default: embedded"
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--input", metavar="PATH", help="your own data: a parquet, CSV or JSON-lines file or folder"
     )
-    p.add_argument("--redis-url", help="Redis with price:{sku} JSON values; default: embedded redis-server")
-    p.add_argument("--mode", choices=("key_ordered", "ordered", "unordered"), default="key_ordered")
-    p.add_argument("--capacity", type=int, default=100, help="records inside each task at most (default 100)")
+    source.add_argument("--table", metavar="NAME", help="your own data: a table of the session's catalog")
+    p.add_argument("--output", metavar="PATH", help="where the rows go (demo default: under --workdir)")
     p.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds per record, retries included (default 10)"
+        "--checkpoint", metavar="PATH", help="the stream's checkpoint (demo default: under --workdir)"
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--remote", help="a Spark Connect server (sc://host:15002) instead of --master")
-    p.add_argument("--partitions", type=int, default=4, help="shuffle partitions (default 4)")
-    p.add_argument("--rows", type=int, default=20_000, help="demo input rows (default 20,000)")
     p.add_argument(
+        "--http-url",
+        metavar="URL",
+        help="your own data: a URL template, e.g. http://host/users/{user_id}; "
+        "the demo: a customer service base URL (GET {url}/users/{customer_id}; default: embedded)",
+    )
+    p.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="your own data: the Redis of --redis-key; the demo: one with price:{sku} JSON values "
+        "(default: embedded redis-server)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=own_data.MODES,
+        help="key_ordered (the demo's, and the default with --key), ordered, or unordered",
+    )
+    p.add_argument(
+        "--capacity",
+        type=own_data.positive_int,
+        default=100,
+        help="records inside each task at most (default 100)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=own_data.positive_seconds,
+        default=10.0,
+        help="seconds per record, retries included (default 10)",
+    )
+    spark = p.add_mutually_exclusive_group()
+    spark.add_argument("--master", help="Spark master (default local[*])")
+    spark.add_argument("--remote", help="a Spark Connect server (sc://host:15002) instead of --master")
+    p.add_argument(
+        "--partitions", type=own_data.positive_int, default=4, help="shuffle partitions (default 4)"
+    )
+    own_data.add_arguments(p)
+    demo = p.add_argument_group("the demo only (without --input or --table)")
+    demo.add_argument("--workdir", help="where defaults go (default: a new temporary folder)")
+    demo.add_argument("--rows", type=int, help="demo input rows (default 20,000)")
+    demo.add_argument("--orders", type=int, help="distinct order ids in the demo input (default 2,000)")
+    demo.add_argument("--latency", type=float, help="embedded service latency, s (default 0.02)")
+    demo.add_argument(
         "--shared-cache-ttl",
         type=float,
-        default=600.0,
         help="seconds customer profiles stay in Redis's shared cache (0: none; default 600)",
     )
-    p.add_argument("--orders", type=int, default=2_000, help="distinct order ids in the demo input")
-    p.add_argument("--latency", type=float, default=0.02, help="embedded service latency, s (default 0.02)")
     return p
 
 
+def demo_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The demo's defaults filled in; a flag of your own data only is an error naming it."""
+    for dest in own_data.OWN_DATA_ONLY:
+        if getattr(args, dest) not in (None, False):
+            flag = "--" + dest.replace("_", "-")
+            p.error(
+                f"{flag}: given without --input or --table; {flag} only with --input PATH or --table NAME"
+            )
+    if args.http_url is not None and "{" in args.http_url:
+        p.error(
+            f"--http-url: a template {args.http_url!r} without --input or --table; "
+            "the demo takes a base URL (templates are for --input PATH or --table NAME)"
+        )
+    defaults = dict(rows=20_000, orders=2_000, latency=0.02, shared_cache_ttl=600.0)
+    for dest, value in {**defaults, "mode": "key_ordered", "master": "local[*]"}.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+
+
+def enrich_own_data(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``kaw-enrich --input/--table ...``: flags checked (exit 2 naming one), the job, its summary."""
+    try:
+        summary = own_data.run(own_data.check(args))
+    except own_data.UsageError as exc:
+        p.error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - reported with its cause, and a non-zero exit
+        print(f"kaw-enrich failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.input is not None or args.table is not None:
+        return enrich_own_data(p, args)
+    demo_flags(p, args)
     try:
         summary = run(args)
     except Exception as exc:  # noqa: BLE001 - reported with its cause, and a non-zero exit

@@ -42,21 +42,23 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
     assert (tmp_path / "output").is_dir() and (tmp_path / "checkpoint").is_dir()
 
 
-def test_main_job_fails_with_the_cause() -> None:
+def test_main_job_fails_with_the_cause(tmp_path: Path) -> None:
+    """A failure after the flags were checked (here: an input that is no parquet) exits 1 and
+    says what failed; nothing is written."""
+    (tmp_path / "in.parquet").write_text("not parquet")
     done = run_bounded(
         [
             sys.executable,
             "-m",
             "keyed_async_wait.app.enrich",
-            "--input",
-            "/nonexistent/kaw-input",
-            "--rows",
-            "10",
+            *("--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out")),
+            *("--http-url", "http://127.0.0.1:9/u/{id}", "--field", "name", "--master", "local[1]"),
         ],
         timeout=300,
     )
-    assert done.returncode != 0
+    assert done.returncode == 1, done.stderr[-2000:]
     assert "kaw-enrich failed" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_progress_shows_rows_as_the_metrics_grow_and_the_recent_rate() -> None:
