@@ -42,6 +42,7 @@ ORDER = (
     "streaming",
     "streaming_soak",
     "budget",
+    "quota_forms",
     "budget_cache",
     "throttling",
     "connect",
@@ -83,8 +84,11 @@ def throughput(run: dict[str, Any]) -> Scenario:
         if split:
             parts = [split["workers"], split["jvm"], split["driver"]]
             per_row = f"{sum(parts):.0f} us = " + " + ".join(f"{part:.0f}" for part in parts)
-        unit = " requests/s" if label.startswith("wrk") else ""
-        rows.append([code_names(label), f"{rate:,.0f}{unit}", fraction, per_row])
+        if label.startswith("wrk"):
+            continue
+        rows.append([code_names(label), f"{rate:,.0f}", fraction, per_row])
+    if limit and half:
+        rows.append(["`wrk`, 400 / 200 connections", f"{limit:,.0f} / {half:,.0f} requests/s", "1 / 1", ""])
     service = run["service"]
     chart = "./run bench chart benchmarks/results/throughput.json docs/figures/throughput.svg"
     command = f"./run bench spark_throughput --service {service} --json benchmarks/results/throughput.json"

@@ -32,7 +32,7 @@ from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
-from .budget_scripts import ACQUIRE, RELEASE, RENEW
+from .budget_scripts import ACQUIRE, PAUSED, RELEASE, RENEW
 from .exceptions import ServiceUnavailableError
 from .quota_headers import CALLS, UNITS, ServiceQuota
 from .redis_connect import RedisClient, RedisConnection
@@ -271,6 +271,11 @@ class BudgetClient:
                     if float(wait) > 0:  # granted, for a start that long from now: the rate's pace
                         started = loop.time()
                         await asyncio.sleep(float(wait))
+                        # a refusal anywhere in the job while it waited paused the job: then
+                        # it starts after the pause, not into another refusal
+                        paused = float(_text(await self._run("paused", [], lookup_key, service)))
+                        if paused > 0:
+                            await asyncio.sleep(paused)
                         self.stats.wait_s += loop.time() - started
                     break
                 self.stats.waits += 1
@@ -302,9 +307,11 @@ class BudgetClient:
         quotas: Mapping[str, ServiceQuota] | None = None,
         lookup_key: Any = None,
         service: str = "service",
-    ) -> None:
+    ) -> float:
         """Give ``lease`` back with what the call's answer said (``used``: the units it used,
-        settled against what it was charged; None: the answer did not say)."""
+        settled against what it was charged; None: the answer did not say). Returns the
+        seconds the whole job is paused for from now (0: none): after a refusal, what the
+        budget made of its ``Retry-After``."""
         self._held.discard(lease)
         estimate, charged = self._charged.pop(lease, (0.0, 0.0))
         settle = 0.0 if used is None else used - charged
@@ -316,10 +323,11 @@ class BudgetClient:
         args = [
             budget.group, lease, settle, outcome, latency, "1" if budget.adaptive else "0",
             budget.max_concurrency, retry_after if budget.follow_headers else 0, *said,
-            estimate, "" if used is None else used,
+            estimate, "" if used is None else used, budget.headroom,
         ]  # fmt: skip
         self.stats.units += settle
-        await self._run("release", args, lookup_key, service)
+        answer = await self._run("release", args, lookup_key, service)
+        return float(_text(answer[1])) if isinstance(answer, list) and len(answer) > 1 else 0.0
 
     async def _renew(self) -> None:
         """Every third of a lease: the leases of the calls still running stay alive."""
@@ -337,7 +345,7 @@ class BudgetClient:
             async with self._client.held() as client:
                 script = self._scripts.get(name)
                 if script is None:
-                    source = {"acquire": ACQUIRE, "release": RELEASE, "renew": RENEW}[name]
+                    source = {"acquire": ACQUIRE, "release": RELEASE, "renew": RENEW, "paused": PAUSED}[name]
                     script = self._scripts[name] = client.register_script(source)
                 return await script(keys=self.budget.keys, args=args)
         except Exception as exc:

@@ -24,7 +24,7 @@ leases (each lease id carries its group).
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "RELEASE", "RENEW"]
+__all__ = ["ACQUIRE", "PAUSED", "RELEASE", "RENEW"]
 
 _COMMON = """
 local S, L, G = KEYS[1], KEYS[2], KEYS[3]
@@ -79,7 +79,7 @@ if adaptive then
   if limit <= 0 or a < limit then limit, source = a, 'adaptive' end
 end
 -- while the service has said nothing of its quota and no rate is configured, calls start at
--- a pace that doubles every second from 20 a second (a cold start), so that the first 429s
+-- a pace that doubles every half second from 40 a second (a cold start), so that the first 429s
 -- (or answers stating the quota) come before a burst of calls in flight can overrun it; after
 -- a 429, two calls in flight at most until the quota is learned
 local quiet = follow and rate <= 0 and num('heard', 0) <= now and num('s_rate_until', 0) <= now
@@ -90,7 +90,7 @@ if quiet then
     began = now
     redis.call('HSET', S, 'c0', now)
   end
-  cold = 20 * 2 ^ math.min(20, math.max(0, now - began))
+  cold = 40 * 2 ^ math.min(20, math.max(0, 2 * (now - began)))
   if cold > 5000 then cold = 0 end
   local ss_cap = num('ss_cap', 0)
   if ss_cap > 0 and (limit <= 0 or ss_cap < limit) then limit, source = ss_cap, 'quota not known yet' end
@@ -163,6 +163,9 @@ return {0, tostring(wait), 'in flight ' .. (limit > 0 and (limit .. ' ' .. sourc
 RELEASE = (
     _COMMON
     + """
+-- probing a quota learned from Retry-After alone: the first raise, the largest, and the most
+-- windows held at the highest rate known to hold after a refused probe
+local STEP_FIRST, STEP_MOST, HOLD_MOST = 0.05, 0.5, 16
 local group, lease = ARGV[1], ARGV[2]
 local settle, outcome, latency = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local adaptive, ceiling, retry_after = ARGV[6] == '1', tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -174,20 +177,41 @@ keep()
 if settle < 0 then redis.call('HSET', S, 'uc', num('uc', 0) - settle) end
 if settle > 0 then redis.call('HSET', S, 'ut', num('ut', 0) - settle) end
 local estimate, used = tonumber(ARGV[19] or ''), tonumber(ARGV[20] or '')
+local headroom_of_release = tonumber(ARGV[21] or '') or 0
 if estimate and used and estimate > 0 then
   local ratio = 0.7 * num('uratio', 1) + 0.3 * used / estimate
   redis.call('HSET', S, 'uratio', math.min(10, math.max(0.01, ratio)))
 end
+local pause = retry_after
+local known = num('s_learned', 0) == 1 and num('s_rate_until', 0) > now and num('p_good', 0) > 0
+if retry_after > 0 and known then
+  -- a window of a learned quota ran out: the service counted at least what held a whole
+  -- window (p_good's calls) at the pace in force, so its end is at most the rest of the window
+  -- after them away; a whole-second Retry-After may be up to a second later, which would
+  -- lose most of the next short window
+  local w, r = num('ra_w', 1), num('s_rate', 1) * (1 - headroom_of_release)
+  local left = w - num('p_good', 0) * w / math.max(r, 1e-9)
+  pause = math.min(retry_after, math.max(0.02, left) + 0.02)
+end
 if retry_after > 0 then
-  redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + retry_after))
+  redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + pause))
   -- a service that states only Retry-After: its windows end where its 429s say, and the calls
-  -- it admitted between two ends are its quota per window (whole seconds: Retry-After is); a
-  -- 429 while that rate is in force takes it down a twentieth
+  -- it admitted between two ends are its quota per window (whole seconds: Retry-After is)
   local ends, began = now + retry_after, num('ra_start', 0)
   if ends > began + 0.5 and now >= began then  -- not a call of the window that just ended
     local learned = num('s_learned', 0) == 1 and num('s_rate_until', 0) > now
     if learned then
-      redis.call('HSET', S, 's_rate', num('s_rate', 1) * 0.95)
+      -- refused at a probe: back to the highest rate that held a whole window, and probe less
+      -- often; refused at a rate that held before (the quota fell): down a twentieth
+      local w, r, good, hold = num('ra_w', 1), num('s_rate', 1), num('p_good', 0), num('p_hold', 1)
+      if good > 0 and r > good * 1.001 then
+        r, hold = good, math.min(HOLD_MOST, hold * 2)
+      else
+        r = r * 0.95
+        redis.call('HSET', S, 'p_good', r)
+      end
+      redis.call('HSET', S, 's_rate', r, 's_rate_until', now + math.max(600, 2 * w), 'p_step', STEP_FIRST,
+                 'p_hold', hold, 'p_next', ends + hold * w, 'p_at', ends)
     elseif began > 0 and num('s_rate_until', 0) <= now then
       -- two windows' lengths averaged: a whole-second Retry-After puts each end up to a
       -- second late
@@ -195,7 +219,11 @@ if retry_after > 0 then
       if before > 0 then
         local w = math.max(1, math.floor((before + ends - began) / 2 + 0.5))
         local q = math.max(1, math.min(num('ra_n', 1), num('ra_q', 1e9)))
-        redis.call('HSET', S, 's_rate', q / w, 's_rate_until', now + math.max(600, 2 * w), 's_learned', 1)
+        -- a little under what it admitted: a window's edge may count a call more or less, and
+        -- the probes below find the rest
+        redis.call('HSET', S, 's_rate', 0.97 * q / w, 's_rate_until', now + math.max(600, 2 * w),
+                   's_learned', 1, 'ra_w', w, 'p_good', 0, 'p_step', STEP_FIRST, 'p_hold', 2,
+                   'p_next', ends + 2 * w, 'p_at', ends)
       else
         redis.call('HSET', S, 'ra_d', ends - began, 'ra_q', num('ra_n', 1))
       end
@@ -205,10 +233,33 @@ if retry_after > 0 then
 end
 if outcome == 'ok' then
   redis.call('HINCRBY', S, 'ra_n', 1)  -- calls admitted since the window began
+  if num('s_learned', 0) == 1 and num('s_rate_until', 0) > now and num('paused', 0) <= now then
+    -- a learned quota is probed upward (as TCP finds a path's rate): each whole window at the
+    -- rate in force with no refusal makes it the highest known to hold and, once the hold
+    -- since the last refused probe is over, raises the rate by a step that doubles with each
+    -- unrefused raise (a quota that rose is found in a few windows)
+    local w = num('ra_w', 1)
+    if now >= num('p_at', now) + w then
+      local r = num('s_rate', 0)
+      if r > num('p_good', 0) then redis.call('HSET', S, 'p_good', r) end
+      if now >= num('p_next', 0) then
+        local step = num('p_step', STEP_FIRST)
+        local raised = math.min(STEP_MOST, step * 2)
+        redis.call('HSET', S, 's_rate', r * (1 + step), 'p_step', raised, 'p_next', now + w)
+      end
+      redis.call('HSET', S, 'p_at', now, 's_rate_until', now + math.max(600, 2 * w))
+    end
+  end
+  local cap = num('ss_cap', 0)
+  if cap > 0 and now >= num('ss_at', now) + 1 then
+    -- before the quota is known, the cap a 429 set doubles with each second unrefused, so it
+    -- never becomes the limit of a service faster than two calls in flight allow
+    redis.call('HSET', S, 'ss_cap', cap * 2, 'ss_at', now)
+  end
 elseif outcome == 'overload' and num('s_rate_until', 0) <= now then
   -- a 429 before its quota is known: two calls in flight until the next one tells the window
   -- (the calls in flight when a window's quota runs out are what it refuses)
-  redis.call('HSET', S, 'ss_cap', 2)
+  redis.call('HSET', S, 'ss_cap', 2, 'ss_at', now)
 end
 if num('s_rate_until', 0) > now then redis.call('HDEL', S, 'ss_cap') end
 local function said(prefix, at)
@@ -277,7 +328,7 @@ if adaptive then
   end
   redis.call('HSET', S, 'aimd', a)
 end
-return tostring(math.floor(a))
+return {tostring(math.floor(a)), tostring(math.max(0, num('paused', 0) - now))}
 """
 )
 
@@ -292,5 +343,14 @@ for i = 3, #ARGV do
 end
 keep()
 return kept
+"""
+)
+
+# how long the job is still paused (a Retry-After): what a call granted for a paced start asks
+# before it starts, as a refusal may have come while it waited
+PAUSED = (
+    _COMMON
+    + """
+return tostring(math.max(0, num('paused', 0) - now))
 """
 )

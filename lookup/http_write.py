@@ -19,16 +19,21 @@ What the service must do for the effect to be once per resource and version: kee
 resource, the version of the last write it applied; apply a write only when its
 ``X-Record-Version`` is greater (plain byte comparison), storing it with the change in one
 step; otherwise answer ``412 Precondition Failed`` (or ``409``) without a change, which the
-write counts as refused as stale (no error). A delete keeps its version (a tombstone) for as
-long as an older write may still arrive. A service that dedupes by ``Idempotency-Key`` alone
-gets once per version, but not the order: an older version arriving after a newer one would
-still be applied.
+write counts as refused as stale (no error). The refusal may name the version the service
+holds for the resource, in ``X-Record-Version`` (or the ``Idempotency-Key`` of the write it
+applied): a write whose earlier attempt's answer was lost (the connection closed, a timeout, a
+5xx) and whose retry is refused naming its own version finds its own write, and counts it
+applied, as :class:`~lookup.RedisWrite` does; refused naming a newer version, or naming none, it
+is stale (as is a first attempt that finds its version held: a re-run's). A delete keeps its
+version (a tombstone) for as long as an older write may still arrive. A service that dedupes
+by ``Idempotency-Key`` alone gets once per version, but not the order: an older version
+arriving after a newer one would still be applied.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .exceptions import BadResponseError, LookupOptionError, RateLimitedError, ServiceUnavailableError
 from .http_client import make_transport, send
@@ -44,6 +49,8 @@ __all__ = ["RESOURCE_HEADER", "VERSION_HEADER", "HttpWrite"]
 VERSION_HEADER = "X-Record-Version"
 RESOURCE_HEADER = "X-Record-Resource"
 METHODS = ("PUT", "PATCH", "POST", "DELETE")
+
+_UNSURE_MOST = 100_000
 
 
 class HttpWrite(Write):
@@ -141,7 +148,7 @@ class HttpWrite(Write):
         self.stale_statuses = tuple(stale_statuses)
         self.client_options = ClientOptions.of(ca_file, client_cert, client_key, proxy)
         self.request_timeout, self.max_connections = request_timeout, max_connections
-        token = Secret.from_env(bearer_token_env) if bearer_token_env else bearer_token
+        token = Secret.from_env(bearer_token_env, "bearer_token_env") if bearer_token_env else bearer_token
         secret = Secret(token) if isinstance(token, str) else token
         self._headers = {k: v for k, v in (headers or {}).items() if not isinstance(v, Secret)}
         self._secret_headers = {k: v for k, v in (headers or {}).items() if isinstance(v, Secret)}
@@ -151,6 +158,9 @@ class HttpWrite(Write):
         if secret is not None:
             texts.append(secret.reveal())
         self._redactor = Redactor(texts)
+        # writes whose answer was lost (they may have applied): a retry refused naming its own
+        # version found its own write, not a re-run's
+        self._unsure: set[tuple[Hashable, str]] = set()
         named = self.resource.fields if self.resource is not None else ()
         inputs = (*self.url.fields, *named, *self.fields, *((deleted,) if deleted else ()))
         super().__init__(
@@ -187,6 +197,23 @@ class HttpWrite(Write):
     async def _close_client(self, client: Transport) -> None:
         await client.aclose()
 
+    def _maybe_applied(self, sent: _Sent | None) -> None:
+        """Remember that a write may have applied without its caller knowing (its answer lost):
+        its retry, refused naming its own version, then counts it applied."""
+        if sent is not None:
+            if len(self._unsure) >= _UNSURE_MOST:
+                self._unsure.clear()  # bounded: an entry is only needed while its record retries
+            self._unsure.add((sent.target, sent.version))
+
+    def _settled(self, sent: _Sent | None) -> bool:
+        """The write has its answer: whether an earlier attempt of it was unsure."""
+        if sent is None:
+            return False
+        mark = (sent.target, sent.version)
+        unsure = mark in self._unsure
+        self._unsure.discard(mark)
+        return unsure
+
     def _method_of(self, record: Any) -> str:
         if self.deleted is not None and record.get(self.deleted):
             return "DELETE"
@@ -196,9 +223,10 @@ class HttpWrite(Write):
         method = self._method_of(record)
         headers = dict(self._headers)
         headers.update((k, v.reveal()) for k, v in self._secret_headers.items())
-        if version is not None:
-            headers[VERSION_HEADER] = version
-            headers["Idempotency-Key"] = f"{target}@{version}"
+        sent = None if version is None else _Sent(target, version, f"{target}@{version}")
+        if sent is not None:
+            headers[VERSION_HEADER] = sent.version
+            headers["Idempotency-Key"] = sent.key
         if self.resource is not None:
             headers[RESOURCE_HEADER] = str(target)
         data = None
@@ -206,27 +234,36 @@ class HttpWrite(Write):
             data = to_json({name: record.get(name) for name in self.fields})
             headers["Content-Type"] = "application/json"
         url = self.url.render(record) if self.resource is not None else str(target)
-        answer = await send(
-            self.client(),
-            method,
-            url,
-            key=url,
-            params=None,
-            headers=headers,
-            data=data,
-            redactor=self._redactor,
-            request_timeout=self.request_timeout,
-            service=redact_url(url),
-            action="write",
-        )
+        try:
+            answer = await send(
+                self.client(),
+                method,
+                url,
+                key=url,
+                params=None,
+                headers=headers,
+                data=data,
+                redactor=self._redactor,
+                request_timeout=self.request_timeout,
+                service=redact_url(url),
+                action="write",
+            )
+        except BaseException:  # no answer (closed, reset, a timeout): the write may have applied
+            self._maybe_applied(sent)
+            raise
         heard(answer.headers)  # the quota it states, for the job's budget
-        return self._outcome(method, url, answer.status, answer.headers)
+        return self._outcome(method, url, answer.status, answer.headers, sent)
 
-    def _outcome(self, method: str, url: str, status: int, headers: Mapping[str, str]) -> bool:
+    def _outcome(
+        self, method: str, url: str, status: int, headers: Mapping[str, str], sent: _Sent | None = None
+    ) -> bool:
         if 200 <= status < 300 or (method == "DELETE" and status in (404, 410)):  # gone is gone
+            self._settled(sent)
             return True
         if status in self.stale_statuses:
-            return False
+            return self._settled(sent) and _names(headers, sent)
+        if status >= 500:  # it may have applied before failing
+            self._maybe_applied(sent)
         where = self._redactor.redact(redact_url(url))
         retry_after = _seconds(headers.get("Retry-After"))
         if status == 429:
@@ -249,6 +286,21 @@ class HttpWrite(Write):
         raise BadResponseError(
             "write rejected", lookup_key=where, service="http", status=status, action="write"
         )
+
+
+class _Sent(NamedTuple):
+    """What a fenced write sent: its resource, version and ``Idempotency-Key``."""
+
+    target: Hashable
+    version: str
+    key: str
+
+
+def _names(headers: Mapping[str, str], sent: _Sent | None) -> bool:
+    """Whether a refusal names the very version the write sent as the one held."""
+    if sent is None:
+        return False
+    return headers.get(VERSION_HEADER) == sent.version or headers.get("Idempotency-Key") == sent.key
 
 
 def _resource(url: Template, resource: str | None, version: str | None) -> Template | None:

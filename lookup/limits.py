@@ -219,6 +219,10 @@ class Gate:
             if self._budget is None:
                 self._budget = self.budget.connect()
             ticket.lease = await self._budget.acquire(ticket.units, lookup_key=lookup_key, service=service)
+            paused = self.paused_until - loop.time()
+            if paused > 0:  # a refusal came while this call waited for its paced start
+                self.stats.throttled_s += paused
+                await asyncio.sleep(paused)
             ticket.started = loop.time()
         self.in_flight += 1
         return ticket
@@ -293,7 +297,7 @@ class Gate:
         used = self.cost.used(ticket.headers, ticket.answer)
         quotas = quotas_of(ticket.headers) if ticket.headers is not None else None
         overload = isinstance(exc, _OVERLOAD)
-        await self._budget.release(
+        paused = await self._budget.release(
             ticket.lease,
             outcome="overload" if overload else "ok" if exc is None else "other",
             latency=asyncio.get_running_loop().time() - ticket.started,
@@ -303,6 +307,10 @@ class Gate:
             lookup_key=lookup_key,
             service=service,
         )
+        if getattr(exc, "retry_after", None) and self.budget is not None and self.budget.follow_headers:
+            # the job-wide pause the budget made of the Retry-After replaces this process's own
+            # (a whole-second Retry-After overshoots a window of a learned quota by up to 1 s)
+            self.paused_until = asyncio.get_running_loop().time() + paused
 
     def give_back_later(self, ticket: Ticket, exc: BaseException, lookup_key: Any, service: str) -> None:
         """:meth:`give_back` in a task of its own (the call was cancelled: it must not wait)."""

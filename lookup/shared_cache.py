@@ -17,14 +17,20 @@ When Redis cannot be reached the lookup asks the service (a cache is never neede
 answer), counts it, and logs it once per process.
 
 One call per key for the whole job (``single_flight=S``): a worker that misses a key claims it
-(``SET NX`` of ``kaw:flight:<namespace>:<digest>``, expiring after ``S`` seconds) before asking
-the service; a worker that finds it claimed waits for the claimant's answer to reach the cache,
-up to ``S`` seconds, and asks the service itself when the claim is given up (the claimant's
-call failed: it deletes its claim), expires (the claimant died) or the bound passes. Nothing
-in it is ever needed for a right answer: a Redis that cannot be reached, a claimant that never
-answers, an answer the cache does not keep (an error; a miss with ``cache_missing_key=False``)
-all end in the waiter asking the service itself. Invariant: a key is asked of the service by
-at most one worker at a time while its claim lives, and no worker waits longer than ``S``.
+(``SET NX`` of ``kaw:flight:<namespace>:<digest>`` to a token of its own, expiring after ``S``
+seconds) before asking the service; a worker that finds it claimed waits for the claimant's
+answer to reach the cache, and asks the service itself when the claim is given up (the
+claimant's call failed: it deletes its claim). When the claim expires (the claimant died) or
+outlives ``S`` seconds of waiting, the waiters take it over: each tries, once, to replace the
+claim it waited on by one of its own (one Lua compare-and-set per key, its keys in a fixed
+order, the first one deciding), so exactly one of them asks the service and the others wait
+for that answer, up to ``S`` seconds more, then ask themselves. Nothing in it is ever needed
+for a right answer: a Redis that cannot be reached, a claimant that never answers, an answer
+the cache does not keep (an error; a miss with ``cache_missing_key=False``) all end in a
+waiter asking the service itself. Invariant (see :class:`_Waits`): a key's claim is held by
+one worker at a time, a worker asks the service only as its claimant (first or by takeover)
+unless the claim was given up, a second bound passed or Redis failed, and no worker waits
+longer than ``2 S``.
 """
 
 from __future__ import annotations
@@ -33,9 +39,11 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
+import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from keyed_async_wait.core.exceptions import ConfigError
 
@@ -69,7 +77,8 @@ class SharedCache:
         answers of its own). Say so only when every credential sees the same answers.
     single_flight : float, optional
         Seconds a worker waits for another worker's call of the same key (one call per key
-        for the whole job, see the module); None (default): each worker asks on a miss.
+        for the whole job, see the module; twice that when the claimant died and the worker
+        that took its claim over dies too); None (default): each worker asks on a miss.
     """
 
     connection: RedisConnection = field(repr=False)
@@ -133,6 +142,165 @@ class SharedCache:
 
 _POLL_FIRST, _POLL_MOST = 0.002, 0.05  # seconds between looks while another worker asks
 
+# A claim taken over: set to this waiter's token when it is gone or still the one waited on
+# (KEYS[1] the claim; ARGV: the token waited on, this waiter's token, its life in ms). 1: taken.
+_TAKE_OVER = """
+local held = redis.call('GET', KEYS[1])
+if held == false or held == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+Verdict = Literal["ask", "take", "follow", "wait"]
+
+
+# a claim seen gone this close before its expiry (as estimated from its PTTL) is taken as expired
+_EXPIRY_SLACK = 0.01
+
+
+@dataclass
+class _Wait:
+    """One key's wait: the claim waited on (its token), the time by which it has surely
+    expired if it is gone, and the time this wait ends; ``following`` once it is a claim
+    another worker made since or took over (its token None until seen), never taken over."""
+
+    token: bytes | None
+    expires: float
+    deadline: float
+    following: bool = False
+
+
+def _verdict(wait: _Wait, claim: bytes | None, now: float) -> Verdict:
+    """What one look at a key's claim (its answer not in the cache yet) means for its waiter:
+    ``ask`` the service itself (the claim was given up before it could have expired, or the
+    wait for a claim followed ended); ``take`` the claim over (it expired: its holder died;
+    or it outlived the bound); ``follow`` a claim another worker made since (wait for it,
+    bounded again); ``wait`` on."""
+    if wait.following:
+        if now >= wait.deadline or (claim is None and wait.token is not None):
+            return "ask"
+        return "wait"
+    if claim is None:
+        return "take" if now >= wait.expires - _EXPIRY_SLACK else "ask"
+    if claim != wait.token:
+        return "follow"
+    return "take" if now >= wait.deadline else "wait"
+
+
+class _Waits:
+    """The waits of one :meth:`SharedCacheClient.wait_many`, without I/O: it is told what each
+    look at Redis found and says which claims to try to take over.
+
+    Rule: a key's wait ends with its answer found, or in asking the service when its claim is
+    given up before it could have expired. Once every claim still waited on is takeable (gone
+    after its expiry, or still there past ``bound``), this waiter tries, once, to take them
+    over: first the leader (the least claim name among them and those whose claim another
+    worker replaced meanwhile; when it is one of the latter, none: all are followed), then,
+    only if the leader was won, the rest at once. A claim won is this waiter's to ask; one
+    lost (or a claim another worker made meanwhile) is followed: waited for up to ``bound``
+    more, never taken over again.
+
+    Invariant: a key is asked by at most one of the waiters that saw the same claim while the
+    one that took it over lives and answers within ``bound``: a compare-and-set admits one of
+    them, and two waiters of the same keys never split them (only the leader's winner takes
+    the rest). No key is waited for past ``start + 2 * bound``: a claim is followed at the
+    latest at the first bound, and a followed one for one bound more.
+    """
+
+    def __init__(
+        self,
+        bound: float,
+        now: float,
+        names: Sequence[str],
+        first: Sequence[tuple[bytes | None, bytes | None, int]],
+    ) -> None:
+        """``first``: per key, at the look made at ``now`` (taken before it was sent), the
+        cache's text, the claim's token and its ``PTTL`` (-1: no expiry; -2: gone)."""
+        self.bound = bound
+        self.end = now + 2 * bound
+        self.names = names
+        self.out: list[tuple[bool, Any]] = [(False, None)] * len(names)
+        self.waits: dict[int, _Wait] = {}
+        self._round: list[int] = []  # the takeover's claims, leader first
+        self._stage = 0  # 0: none yet; 1: its leader tried; 2: the rest tried; 3: over
+        self._moved: set[int] = set()  # keys whose claim another worker made since
+        for i, (text, token, pttl) in enumerate(first):
+            found = _decoded(text)
+            if found[0]:
+                self.out[i] = found
+            elif token is not None:  # (a claim gone already: as if given up, asked)
+                expires = math.inf if pttl == -1 else now + max(pttl, 0) / 1000
+                self.waits[i] = _Wait(token, expires, now + bound)
+
+    @property
+    def open(self) -> list[int]:
+        return sorted(self.waits)
+
+    def due(self, now: float) -> float:
+        """The next time a wait passes a bound (or the end)."""
+        return min([w.deadline for w in self.waits.values() if w.deadline > now] + [self.end])
+
+    def looked(
+        self, open_: Sequence[int], texts: Sequence[Any], claims: Sequence[Any], now: float
+    ) -> list[int]:
+        """A look's findings (answers and claims of ``open_``, received at ``now``); returns
+        the claim to try to take over now (the leader), if any."""
+        takes: list[int] = []
+        blocked = False
+        for i, text, claim in zip(open_, texts, claims, strict=True):
+            wait = self.waits.get(i)
+            if wait is None:
+                continue
+            found = _decoded(text)
+            if found[0]:
+                self.out[i] = found
+                del self.waits[i]
+                continue
+            said = _verdict(wait, claim, now) if now < self.end else "ask"
+            if said == "ask":
+                del self.waits[i]
+            elif said == "follow":
+                self._moved.add(i)
+                self._follow(i, now, claim)
+            elif said == "take":
+                takes.append(i)
+            elif not wait.following:
+                blocked = True  # a live claim: take over none yet (all of them at once, later)
+            elif wait.token is None:
+                wait.token = claim  # the claim followed, seen: its going is news now
+        if not takes or blocked or self._stage:
+            return []
+        self._round = sorted(takes, key=lambda i: self.names[i])
+        if min([*takes, *self._moved], key=lambda i: self.names[i]) in self._moved:
+            # the leader was taken over by another waiter: the rest is its to take, followed
+            for i in self._round:
+                self._follow(i, now)
+            self._stage = 3
+            return []
+        self._stage = 1
+        return self._round[:1]
+
+    def took(self, tried: Sequence[int], won: Sequence[bool], now: float) -> list[int]:
+        """The takeover of ``tried`` done (``won`` per key, at ``now``); returns the claims to
+        try next: the rest, once the leader was won (then none: one takeover a wait)."""
+        for i, got in zip(tried, won, strict=True):
+            if got:
+                del self.waits[i]  # this waiter's to ask
+            else:
+                self._follow(i, now)
+        rest = self._round[1:] if self._stage == 1 else []
+        self._stage = 2 if self._stage == 1 and won[0] and rest else 3
+        if self._stage == 2:
+            return rest
+        for i in rest:  # the leader lost: the rest is the winner's, followed
+            self._follow(i, now)
+        return []
+
+    def _follow(self, i: int, now: float, token: bytes | None = None) -> None:
+        self.waits[i] = _Wait(token, math.inf, min(now + self.bound, self.end), following=True)
+
 
 def _key_digest(key: Hashable) -> str:
     return hashlib.blake2b(repr(key).encode(), digest_size=16).hexdigest()
@@ -147,6 +315,11 @@ def _decoded(text: bytes | None) -> tuple[bool, Any]:
         return (True, json.loads(text))
     except ValueError:
         return (False, None)
+
+
+def _token() -> bytes:
+    """A claim's value: this claim's own, so a takeover replaces only the claim it waited on."""
+    return os.urandom(12).hex().encode()
 
 
 def _digest(text: str, size: int) -> str:
@@ -209,7 +382,7 @@ class SharedCacheClient:
         ttl_ms = max(1, round(bound * 1000))
         try:
             names = [self._claim_of(key) for key in keys]
-            claims = [(name, ("SET", name, b"1", "NX", "PX", ttl_ms)) for name in names]
+            claims = [(name, ("SET", name, _token(), "NX", "PX", ttl_ms)) for name in names]
             return [bool(done) for done in await self._pipelined(claims, resend_lost=False)]
         except Exception as exc:  # noqa: BLE001 - never needed for a right answer
             self._unreachable(exc)
@@ -227,33 +400,51 @@ class SharedCacheClient:
 
     async def wait_many(self, keys: Sequence[Hashable]) -> list[tuple[bool, Any]]:
         """Per key ``(found, answer)`` once another worker's call of it reached the cache; not
-        found when its claim is gone without an answer or ``single_flight`` seconds passed (then
-        this worker asks the service itself)."""
+        found when this worker is to ask the service itself: its claim was given up without an
+        answer, this worker took it over (see :class:`_Waits`), or the wait ended."""
         bound = self.cache.single_flight or 0.0
+        if not keys:
+            return []
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + bound
-        out: list[tuple[bool, Any]] = [(False, None)] * len(keys)
-        open_ = list(range(len(keys)))
+        names = [self._claim_of(key) for key in keys]
+        try:
+            started = loop.time()
+            answers = [self.key_of(key) for key in keys]
+            routed = [(n, ("GET", n)) for n in answers] + [(n, ("GET", n)) for n in names]
+            seen = await self._pipelined(routed + [(n, ("PTTL", n)) for n in names], resend_lost=True)
+        except Exception as exc:  # noqa: BLE001 - ask the service instead
+            self._unreachable(exc)
+            return [(False, None)] * len(keys)
+        n = len(keys)
+        waits = _Waits(
+            bound, started, names, list(zip(seen[:n], seen[n : 2 * n], seen[2 * n :], strict=True))
+        )
         pause = _POLL_FIRST
-        while open_ and loop.time() < deadline:
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        while waits.waits and loop.time() < waits.end:
+            now = loop.time()
+            await asyncio.sleep(min(pause, max(0.0, waits.due(now) - now)))
             pause = min(pause * 2, _POLL_MOST)
-            names = [self.key_of(keys[i]) for i in open_] + [self._claim_of(keys[i]) for i in open_]
+            open_ = waits.open
             try:
-                texts = await self._mget(names)
+                texts = await self._mget([self.key_of(keys[i]) for i in open_] + [names[i] for i in open_])
+                tried = waits.looked(open_, texts[: len(open_)], texts[len(open_) :], loop.time())
+                while tried:  # (at most twice: the leader, then the rest)
+                    claims = [(names[i], waits.waits[i].token) for i in tried]
+                    won = await self._take_over(claims, bound)
+                    tried = waits.took(tried, won, loop.time())
             except Exception as exc:  # noqa: BLE001 - ask the service instead
                 self._unreachable(exc)
                 break
-            answers, claims = texts[: len(open_)], texts[len(open_) :]
-            still = []
-            for i, text, claim in zip(open_, answers, claims, strict=True):
-                found = _decoded(text)
-                if found[0]:
-                    out[i] = found
-                elif claim is not None:
-                    still.append(i)  # still being asked; a claim gone without an answer: ask
-            open_ = still
-        return out
+        return waits.out
+
+    async def _take_over(self, claims: Sequence[tuple[str, bytes | None]], bound: float) -> list[bool]:
+        """Per ``(claim name, token waited on)``, whether this worker now holds that claim: set
+        to a token of its own for ``bound`` seconds, only if gone or still the one waited on."""
+        ttl_ms = str(max(1, round(bound * 1000)))
+        routed = [
+            (name, ("EVAL", _TAKE_OVER, "1", name, token or b"", _token(), ttl_ms)) for name, token in claims
+        ]
+        return [bool(done) for done in await self._pipelined(routed, resend_lost=False)]
 
     async def get_many(self, keys: Sequence[Hashable]) -> list[tuple[bool, Any]]:
         """Per key ``(found, answer)``: a kept answer (None for a kept miss), or not found."""

@@ -6,10 +6,11 @@ many (a JSON list of ids in, an object from id to profile out). ``GET /api/users
 shape of many real APIs: behind a bearer token (``ServiceState.api_token``: 401 without it) and
 the profile under ``"data"``. ``PUT``/``PATCH``/``POST``/
 ``DELETE /records/{key}`` is a store that fences writes by ``X-Record-Version`` as
-:mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds);
-``POST /records`` is its collection (fenced per ``X-Record-Resource``). Latency, a log of
-every call (key, start, end) and faults (a status for the next N calls with Retry-After,
-malformed JSON, answers slower than a client's timeout) are set on :class:`ServiceState`.
+:mod:`lookup.http_write` asks of a service (412 for a version not above the one it holds,
+naming it in ``X-Record-Version``); ``POST /records`` is its collection (fenced per
+``X-Record-Resource``). Latency, a log of every call (key, start, end) and faults (a status for
+the next N calls with Retry-After, malformed JSON, answers slower than a client's timeout,
+writes applied whose answer is then lost) are set on :class:`ServiceState`.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class ServiceState:
     # as (key, version, applied, monotonic time)
     records: dict[str, tuple[str, Any]] = field(default_factory=dict)
     write_log: list[tuple[str, str, bool, float]] = field(default_factory=list)
+    # this many applied writes then lose their answer: the connection closed, or lose_status
+    lose_answers: int = 0
+    lose_status: int | None = None
     started: threading.Event = field(default_factory=threading.Event)  # set as each request starts
     api_token: str = "demo-token"  # what GET /api/users/{id} wants as "Authorization: Bearer ..."
 
@@ -116,8 +120,9 @@ def _units(query: dict[str, str] | None) -> float:
 
 def _versioned_store(state: ServiceState, answer: Any) -> Any:
     """``/records/{key}``: a store that fences writes by ``X-Record-Version`` (byte order), as
-    :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds.
-    ``POST /records``: the collection, fenced per ``X-Record-Resource``."""
+    :mod:`lookup.http_write` asks of a service; 412 for a version not above the one it holds,
+    naming it in ``X-Record-Version``. ``POST /records``: the collection, fenced per
+    ``X-Record-Resource``. With ``lose_answers`` a write is applied and its answer then lost."""
 
     async def record(request: web.Request) -> web.Response:
         # POST /records (a collection): the resource a header names, else each post its own
@@ -131,9 +136,17 @@ def _versioned_store(state: ServiceState, answer: Any) -> Any:
         held = state.records.get(key)  # read, compared and written without a suspension between
         applied = not version or held is None or version > held[0]  # a fenced write, byte order
         state.write_log.append((key, version, applied, time.monotonic()))
-        if not applied:
-            return web.Response(status=412, text=f"holds version {held[0] if held else ''}")
+        if not applied:  # the version it holds, echoed: a client knows its own earlier write
+            held_version = held[0] if held else ""
+            headers = {"X-Record-Version": held_version}
+            return web.Response(status=412, text=f"holds version {held_version}", headers=headers)
         state.records[key] = (version, body)
+        if state.lose_answers > 0:  # applied, but the client never hears so
+            state.lose_answers -= 1
+            if state.lose_status is not None:
+                return web.Response(status=state.lose_status, text="applied, answer lost")
+            assert request.transport is not None
+            request.transport.abort()
         return web.Response(status=204)
 
     return record

@@ -7,12 +7,15 @@ stopping the calls rather than letting them run unlimited."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -297,3 +300,35 @@ def test_writes_hold_the_budget_they_share_with_the_lookups_of_the_service(
 def test_a_write_takes_only_limits() -> None:
     with pytest.raises(ConfigError, match="limits"):
         HttpWrite("http://x/{id}", fields=["a"], version="v", limits={"rate": 5})  # type: ignore[arg-type]
+
+
+@dataclass
+class RisingQuota(Quota):
+    """A Retry-After-only quota that doubles once it has admitted ``rise_at`` calls."""
+
+    rise_at: int = 0
+    risen_at: float | None = None
+
+    def admit(self, units: float, now: float | None = None) -> tuple[bool, dict[str, str]]:
+        if self.risen_at is None and self.admitted >= self.rise_at and self.calls is not None:
+            self.calls, self.risen_at = 2 * self.calls, time.monotonic()
+        return super().admit(units, now)
+
+
+def test_a_retry_after_only_quota_that_rises_is_found(service: Any, redis_url: str) -> None:
+    """A service that states nothing but Retry-After, 20 calls a one-second window, doubled
+    mid-run: the budget probes its learned quota upward, so after the rise some window admits
+    more than the old quota (a budget that only learned and cut would stay at or under 20),
+    and the probes that find no more room cost a refusal or two each."""
+    url, state = service
+    state.record_calls = True
+    quota = state.quota = RisingQuota(calls=20, window=1.0, form="retry-after", rise_at=160)
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=40)
+    in_threads(2, lambda i: run(through(users(url, Limits(budget=budget)), rows(i * 300, 300)), bound=120))
+    assert quota.admitted == 600 and quota.risen_at is not None
+    per_window: dict[int, int] = {}
+    for _, start, _, _ in state.calls:
+        if start >= quota.risen_at:
+            per_window[math.floor(start)] = per_window.get(math.floor(start), 0) + 1
+    assert max(per_window.values()) > 24, sorted(per_window.items())
+    assert quota.rejected <= 30, quota.rejected  # the cold start, the learning, the probes

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from keyed_async_wait import RecordFailedError
+from keyed_async_wait import RecordFailedError, RetryStrategy
 from lookup import HttpWrite, LookupOptionError, Secret
 
 from ..core.helpers import run
@@ -150,3 +150,51 @@ def test_coalescing_needs_a_version(service: Any) -> None:
     url, _ = service
     with pytest.raises(LookupOptionError, match="coalesce=True needs version="):
         HttpWrite(url + "/records/{id}", fields=["name"], at_least_once=True, coalesce=True)
+
+
+@pytest.mark.parametrize("lost", ["closed", 503])
+def test_a_write_whose_answer_was_lost_is_applied_when_its_retry_meets_its_own_version(
+    service: Any, lost: Any
+) -> None:
+    """Each post is applied, then its answer lost (the connection closed, or a 503): the retry
+    is refused naming the version the service holds, its own, so the record is applied, once."""
+    url, state = service
+    state.lose_answers, state.lose_status = 30, (None if lost == "closed" else lost)
+    fn = HttpWrite(url + "/records", method="POST", fields=["name"], version="v", resource="{event_id}")
+    events = [{"id": i, "event_id": f"ev-{i}", "v": 1, "name": f"n{i}"} for i in range(30)]
+    pairs = run(write_all(fn, events, retry=RetryStrategy.fixed_delay(2, 0.01)))
+    assert state.lose_answers == 0 and len(state.write_log) == 60  # every first answer lost
+    assert sorted(key for key, _, applied, _ in state.write_log if applied) == sorted(
+        e["event_id"] for e in events
+    )  # the store applied each once
+    assert [res[0]["applied"] for _, res in pairs] == [True] * 30
+    assert (fn.stats.applied, fn.stats.stale) == (30, 0)
+    rerun = HttpWrite(url + "/records", method="POST", fields=["name"], version="v", resource="{event_id}")
+    assert [res[0]["applied"] for _, res in run(write_all(rerun, events))] == [False] * 30  # a re-run's
+
+
+def test_a_retried_write_older_than_the_stored_one_stays_stale(service: Any) -> None:
+    """A write whose first attempt failed (a 503) and whose retry is refused naming a newer
+    version than its own was not applied: stale, as without the lost answer."""
+    url, state = service
+    fn = HttpWrite(url + "/records/{id}", fields=["v"], version="v", coalesce=True)
+    assert [res[0]["outcome"] for _, res in run(write_all(fn, [{"id": 5, "v": 9}]))] == ["applied"]
+    state.fail(503, count=1)
+    fn = HttpWrite(url + "/records/{id}", fields=["v"], version="v", coalesce=True)
+    pairs = run(write_all(fn, [{"id": 5, "v": 3}], retry=RetryStrategy.fixed_delay(2, 0.01)))
+    assert state.faults == 1 and [res[0] for _, res in pairs] == [{"applied": False, "outcome": "stale"}]
+    assert (fn.counters()["writes_applied"], fn.counters()["writes_stale"]) == (0, 1)
+    assert state.records["5"][1] == {"v": 9}
+
+
+def test_a_refusal_naming_no_version_leaves_a_retried_write_stale(httpserver: Any) -> None:
+    """A service that applies, answers 503, and refuses the retry without naming the version it
+    holds: the write cannot know the write held is its own, so it stays not applied."""
+    from werkzeug import Response
+
+    answers = iter([Response(status=503), Response(status=412)])
+    httpserver.expect_request("/c/1").respond_with_handler(lambda request: next(answers))
+    fn = HttpWrite(httpserver.url_for("/c/{id}"), fields=["v"], version="v")
+    pairs = run(write_all(fn, [{"id": 1, "v": 2}], retry=RetryStrategy.fixed_delay(2, 0.01)))
+    assert [res[0]["applied"] for _, res in pairs] == [False]
+    assert len(httpserver.log) == 2 and (fn.stats.applied, fn.stats.stale) == (0, 1)

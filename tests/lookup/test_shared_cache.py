@@ -4,19 +4,28 @@ of different lookups never meet, and a Redis that cannot be reached only costs c
 
 from __future__ import annotations
 
+import heapq
+import json
+import select
+import subprocess
+import sys
+import textwrap
 import uuid
 from typing import Any
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from keyed_async_wait import RecordFailedError
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedCache
-from lookup.shared_cache import SharedCacheClient
+from lookup.shared_cache import SharedCacheClient, _Waits
 
 from ..core.helpers import run
+from ..processes import group, kill_group
 from .loops import in_threads
 
 
@@ -204,3 +213,223 @@ def test_a_claim_whose_holder_died_delays_the_others_by_at_most_the_bound(
     started = time.monotonic()
     again = run(through(users(url, patient), rows(range(7, 8))))
     assert again[0][1] and time.monotonic() - started < 2.0  # not the 5 s of a claim left behind
+
+
+_WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from keyed_async_wait.operator import KeyedAsyncWaitOperator
+    from lookup import Field, HttpLookup, SharedCache
+
+    url, redis_url, name, flight, role = sys.argv[1:]
+    if role == "dead":  # its calls never end: it holds their claims until it is killed
+        import lookup.calls
+
+        async def held(self, keys, units):
+            print(len(keys), flush=True)
+            await asyncio.Event().wait()
+
+        lookup.calls.LookupCalls._batch_call = held
+    shared = SharedCache(redis_url, expire_after_write=60, name=name, single_flight=float(flight))
+    fn = HttpLookup(
+        url + "/users/{user_id}", fields=[Field("name")], shared_cache=shared,
+        batch_url=url + "/users/batch",
+    )
+
+    async def main():
+        op = KeyedAsyncWaitOperator(fn, mode="unordered", output="pairs", batch_size=20)
+        try:
+            return [pair async for pair in op.process([{"seq": i, "user_id": i} for i in range(20)])]
+        finally:
+            await fn.aclose()
+
+    print("ready", flush=True)
+    sys.stdin.readline()  # go
+    started = time.monotonic()
+    out = asyncio.run(main())
+    seconds = time.monotonic() - started
+    answers = sorted([record["user_id"], repr(results)] for record, results in out)
+    print(json.dumps({"seconds": seconds, "answers": answers}), flush=True)
+    """
+)
+
+
+def _line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The next line ``proc`` prints, waited for at most ``timeout`` seconds."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"no line from the worker within {timeout} s"
+    return proc.stdout.readline().strip()
+
+
+def test_after_a_dead_claimant_one_waiter_asks_and_the_others_wait_for_it(
+    service: Any, redis_url: str
+) -> None:
+    """Three worker processes share one single-flight cache: one claims 20 users and is
+    SIGKILLed inside its call; the two others, asked for the same users, take its claims over
+    when they expire: one of them asks each user, the other waits for that answer. The service
+    sees each user once more (20 keys, not 40), and both finish within the bound."""
+    url, state = service
+    flight = 2.0
+    name = f"c{uuid.uuid4().hex[:8]}"
+    args = [sys.executable, "-c", _WORKER, url, redis_url, name, str(flight)]
+    pipes: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    with (
+        group([*args, "dead"], **pipes) as dead,
+        group([*args, "waiter"], **pipes) as one,
+        group([*args, "waiter"], **pipes) as two,
+    ):
+        for proc in (dead, one, two):  # imported and ready: the waiters start at once later
+            assert _line(proc, 60) == "ready"
+        assert dead.stdin is not None
+        dead.stdin.write("go\n")
+        dead.stdin.flush()
+        held = 0
+        for _ in range(20):  # the keys of each call it made (and holds the claims of)
+            held += int(_line(dead, 30))
+            if held >= 20:
+                break
+        assert held == 20
+        kill_group(dead)
+        for proc in (one, two):
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        finished = [json.loads(proc.communicate(timeout=60)[0]) for proc in (one, two)]
+    assert state.keys_asked <= 21, (
+        state.keys_asked,
+        [f["seconds"] for f in finished],
+    )  # before: 40, each waiter asked all 20
+    for done in finished:
+        assert done["seconds"] < 2 * flight, done["seconds"]  # the bound (about one, here)
+        assert [user for user, _ in done["answers"]] == list(range(20))
+        assert all(f"user-{user}'" in results for user, results in done["answers"])
+    assert finished[0]["answers"] == finished[1]["answers"]
+
+
+def _simulate(
+    bound: float,
+    keys: int,
+    arrivals: list[float],
+    sets: list[list[int]],
+    polls: list[float],
+    delays: list[float],
+    calls: list[float],
+    dies: list[bool],
+    given_up: float | None,
+) -> tuple[list[list[int]], list[float]]:
+    """Waiters run by :class:`_Waits` over a fake Redis and clock: a claimant claimed every
+    key at 0 (expiring at ``bound``, a little apart) and died, or gave its claims up at
+    ``given_up``. Waiter ``w`` arrives at ``arrivals[w]`` for the keys ``sets[w]``, looks every
+    ``polls[w]`` seconds, its compare-and-sets landing ``delays[w]`` after it decided, and once
+    done asks the service for the keys it must, answered ``calls[w]`` later unless it
+    ``dies``. Returns each waiter's keys asked and when it was done."""
+    names = [f"k{k}" for k in range(keys)]
+    claims: dict[int, tuple[bytes, float]] = {k: (b"first", bound + k * 1e-4) for k in range(keys)}
+    cache: set[int] = set()
+    tokens = iter(range(10**6))
+    asked: list[list[int]] = [[] for _ in arrivals]
+    done_at = [0.0] * len(arrivals)
+    waits: list[Any] = [None] * len(arrivals)
+    events: list[tuple[float, int, str, int, list[int]]] = []
+    seq = iter(range(10**6))
+
+    def at(t: float, what: str, w: int, tried: list[int] | None = None) -> None:
+        heapq.heappush(events, (t, next(seq), what, w, tried or []))
+
+    def claim(k: int, t: float) -> bytes | None:
+        held = claims.get(k)
+        return held[0] if held is not None and held[1] > t else None
+
+    def next_look(w: int, t: float) -> None:
+        if waits[w].waits and t < waits[w].end:
+            at(t + min(polls[w], max(0.0, waits[w].due(t) - t)), "look", w)
+        else:
+            done_at[w] = t
+            mine = [sets[w][i] for i, (found, _) in enumerate(waits[w].out) if not found]
+            asked[w] = mine
+            if not dies[w]:
+                at(t + calls[w], "answer", w, mine)
+
+    for w, arrival in enumerate(arrivals):
+        at(arrival, "first", w)
+    if given_up is not None:
+        at(given_up, "give up", -1)
+    for _ in range(100_000):
+        if not events:
+            break
+        t, _, what, w, tried = heapq.heappop(events)
+        ks = sets[w] if w >= 0 else []
+        if what == "give up":
+            claims.clear()
+        elif what == "answer":
+            cache.update(tried)
+        elif what == "first":
+            first = []
+            for k in ks:
+                token = claim(k, t)
+                pttl = -2 if token is None else round((claims[k][1] - t) * 1000)
+                first.append((b"1" if k in cache else None, token, pttl))
+            waits[w] = _Waits(bound, t, [names[k] for k in ks], first)
+            next_look(w, t)
+        elif what == "look":
+            open_ = waits[w].open
+            texts = [b"1" if ks[i] in cache else None for i in open_]
+            now_claims = [claim(ks[i], t) for i in open_]
+            take = waits[w].looked(open_, texts, now_claims, t)
+            if take:
+                at(t + delays[w], "take", w, take)
+            else:
+                next_look(w, t)
+        elif what == "take":
+            won = []
+            for i in tried:
+                k, seen = ks[i], waits[w].waits[i].token
+                held = claim(k, t)
+                won.append(held is None or held == seen)
+                if won[-1]:
+                    claims[k] = (b"t%d" % next(tokens), t + bound)
+            more = waits[w].took(tried, won, t)
+            if more:
+                at(t + delays[w], "take", w, more)
+            else:
+                next_look(w, t)
+    assert not events, "the simulation did not end"
+    return asked, done_at
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.integers(1, 4),
+    data=st.data(),
+    same_keys=st.booleans(),
+    given_up=st.none() | st.floats(0.5, 0.9),
+)
+def test_property_one_waiter_takes_a_dead_claim_over_and_none_waits_past_twice_the_bound(
+    keys: int, data: st.DataObject, same_keys: bool, given_up: float | None
+) -> None:
+    """Over any arrivals, poll rates, interleavings of the compare-and-sets and call times:
+    no waiter waits past ``2 * bound``; with the claimant dead and the taker answering, each
+    key is asked once by the waiters of the same keys; with its claims given up, every waiter
+    asks at once (as before)."""
+    bound = 1.0
+    n = data.draw(st.integers(2, 4), label="waiters")
+    every = list(range(keys))
+    subsets = st.lists(st.sampled_from(every), min_size=1, max_size=keys, unique=True)
+    sets = [every if same_keys else data.draw(subsets, label="keys") for _ in range(n)]
+    latest = 0.45 if given_up is not None else 0.9
+    arrivals = data.draw(st.lists(st.floats(0.0, latest), min_size=n, max_size=n), label="arrivals")
+    polls = data.draw(st.lists(st.floats(0.002, 0.05), min_size=n, max_size=n), label="polls")
+    delays = data.draw(st.lists(st.floats(0.0, 0.02), min_size=n, max_size=n), label="delays")
+    calls = data.draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n), label="calls")
+    dies = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="dies")
+    if same_keys and given_up is None:
+        dies = [False] * n
+    asked, done_at = _simulate(bound, keys, arrivals, sets, polls, delays, calls, dies, given_up)
+    for w in range(n):
+        assert done_at[w] <= arrivals[w] + 2 * bound + 2 * max(delays) + 1e-9
+    if given_up is not None:
+        for w in range(n):
+            assert done_at[w] <= given_up + polls[w] + 1e-9  # given up: each asks at once
+    elif same_keys:
+        assert sorted(k for mine in asked for k in mine) == every  # each key once, job-wide
