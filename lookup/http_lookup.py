@@ -412,8 +412,12 @@ def _decoded(lookup: HttpLookup, status: int, headers: Mapping[str, str], payloa
             status=status,
             retry_after=_retry_after(headers.get("Retry-After")),
         )
+    # refused credentials say which options carry them (the error never shows the secret)
+    hint = ""
+    if status in (401, 403):
+        hint = " (check the credentials: bearer_token_env=, bearer_token=, headers=)"
     raise BadResponseError(
-        "request rejected", lookup_key=key, service=url, status=status, body=lookup._body(payload)
+        "request rejected" + hint, lookup_key=key, service=url, status=status, body=lookup._body(payload)
     )
 
 
@@ -451,9 +455,12 @@ def _credentials(
 ) -> tuple[Secret | None, tuple[str, Secret] | None]:
     """The bearer token and the basic-auth pair, each from wherever it was given."""
     if bearer_token_env is not None:
-        bearer_token = Secret.from_env(bearer_token_env)
+        bearer_token = Secret.from_env(bearer_token_env, "bearer_token_env")
     if basic_auth_env is not None:
-        basic_auth = (Secret.from_env(basic_auth_env[0]).reveal(), Secret.from_env(basic_auth_env[1]))
+        basic_auth = (
+            Secret.from_env(basic_auth_env[0], "basic_auth_env").reveal(),
+            Secret.from_env(basic_auth_env[1], "basic_auth_env"),
+        )
     if userinfo is not None:
         basic_auth = userinfo
     basic = None

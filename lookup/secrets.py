@@ -30,10 +30,15 @@ class Secret:
         self._value = value
 
     @classmethod
-    def from_env(cls, name: str) -> Secret:
+    def from_env(cls, name: str, option: str | None = None) -> Secret:
+        """The value of the environment variable ``name``; ``option``: the option that named it,
+        for the error when it is not set."""
         value = os.environ.get(name)
         if value is None:
-            raise LookupOptionError(name, f"environment variable {name} is not set (it should hold a secret)")
+            said = f"{option}={name!r}: " if option else ""
+            raise LookupOptionError(
+                option or name, f"{said}environment variable {name} is not set (it should hold a secret)"
+            )
         return cls(value)
 
     def reveal(self) -> str:

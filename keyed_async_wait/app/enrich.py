@@ -32,6 +32,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..core.exceptions import RecordFailedError
 from ..core.retry import RetryStrategy
 from ..runtime.function import AsyncFunction
 from . import own_data
@@ -376,19 +377,29 @@ def parser() -> argparse.ArgumentParser:
         "--capacity",
         type=own_data.positive_int,
         default=100,
-        help="records inside each task at most (default 100)",
+        help="rows in flight per Spark task at most (default 100)",
     )
     p.add_argument(
         "--timeout",
         type=own_data.positive_seconds,
         default=10.0,
-        help="seconds per record, retries included (default 10)",
+        help="seconds per row, retries included (default 10)",
+    )
+    p.add_argument(
+        "--retries",
+        type=own_data.positive_int,
+        default=3,
+        help="attempts per row in all: 0.1 s apart, then doubling up to 2 s (default 3)",
     )
     spark = p.add_mutually_exclusive_group()
     spark.add_argument("--master", help="Spark master (default local[*])")
     spark.add_argument("--remote", help="a Spark Connect server (sc://host:15002) instead of --master")
     p.add_argument(
-        "--partitions", type=own_data.positive_int, default=4, help="shuffle partitions (default 4)"
+        "--partitions",
+        type=own_data.positive_int,
+        default=4,
+        help="spark.sql.shuffle.partitions of the session it starts (default 4); a key-ordered wait "
+        "runs in one partition per task slot whatever this is",
     )
     own_data.add_arguments(p)
     demo = p.add_argument_group("the demo only (without --input or --table)")
@@ -430,10 +441,26 @@ def enrich_own_data(p: argparse.ArgumentParser, args: argparse.Namespace) -> int
     except own_data.UsageError as exc:
         p.error(str(exc))
     except Exception as exc:  # noqa: BLE001 - reported with its cause, and a non-zero exit
-        print(f"kaw-enrich failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"kaw-enrich failed: {failure(exc)}", file=sys.stderr)
+        if "RecordFailedError" in str(exc) or isinstance(exc, RecordFailedError):
+            print(
+                "(--error-column NAME keeps such rows, with their error, and the job going)", file=sys.stderr
+            )
         return 1
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def failure(exc: BaseException) -> str:
+    """What failed, in one line: a record's error from inside Spark's wrapping (a worker's
+    traceback), else the exception's own first line."""
+    text = str(exc)
+    ours = [line.strip() for line in text.splitlines() if line.strip().startswith("keyed_async_wait.")]
+    ours += [line.strip() for line in text.splitlines() if line.strip().startswith("RecordFailedError:")]
+    if ours:
+        return ours[-1].removeprefix("keyed_async_wait.core.exceptions.")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,10 +45,13 @@ MODES = ("key_ordered", "ordered", "unordered")
 FIELD_TYPES = tuple(SPARK_TYPES)  # what lookup.Field takes: string, int, float, bool, json
 _EXTENSIONS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
 _COMPRESSED = {".gz", ".bz2", ".snappy", ".zst", ".lz4", ".deflate", ".xz"}
-_FIELD = re.compile(r"(?P<path>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?::(?P<type>[a-z]+))?")
+_FIELD = re.compile(
+    r"(?:(?P<column>[A-Za-z_][A-Za-z0-9_]*)=)?"
+    r"(?P<path>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?::(?P<type>[a-z]+))?"
+)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-RETRY = RetryStrategy.exponential_backoff(3, 0.1, 2.0)  # as the demo: 3 attempts, 0.1 s then doubling
+
 
 # flags of one path only (dest names): given on the other, they are an error naming both
 DEMO_ONLY = ("rows", "orders", "latency", "shared_cache_ttl", "workdir")
@@ -64,7 +67,7 @@ your own data (--input PATH or --table NAME; nothing else of the demo applies):
     export USERS_TOKEN=...
     kaw-enrich --input orders.parquet --output enriched/ \\
       --http-url 'https://users.example.com/users/{user_id}' --bearer-env USERS_TOKEN \\
-      --field name --field score:float --field address.city \\
+      --field name --field score:float --field country=address.country \\
       --key user_id --order-by id --error-column lookup_error
 
   Redis over CSV (a header row; column types inferred, or --schema), one GET per row:
@@ -76,10 +79,12 @@ your own data (--input PATH or --table NAME; nothing else of the demo applies):
     kaw-enrich --input incoming/ --format json --stream --checkpoint state/ --output enriched/ \\
       --http-url 'http://127.0.0.1:8080/users/{user_id}' --field name --key user_id
 
---field NAME[:TYPE]: NAME is the answer's field (dots for nesting: address.city, a column named
-address_city), TYPE one of string (default), int, float, bool, json (a nested value as JSON text).
+--field [COLUMN=]NAME[:TYPE]: NAME is the answer's field (dots for nesting: address.city, a
+column named address_city unless COLUMN names it), TYPE one of string (default), int, float,
+bool, json (a nested value as JSON text).
 A placeholder {column} of --http-url, --redis-key or a --header value is the row's value.
-Rows whose lookup finds nothing (404, no key) get NULLs; a row that fails fails the job, unless
+Rows whose lookup finds nothing (404, no key) get NULLs; a failed call is tried --retries times
+in all (0.1 s apart, then doubling, up to 2 s); a row that still fails fails the job, unless
 --error-column keeps it, with its error. A summary (rows in and out, failed rows, wall time,
 the output) is printed as JSON at the end. Without --input or --table the demo runs."""
 
@@ -130,7 +135,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     look.add_argument(
         "--field",
         action="append",
-        metavar="NAME[:TYPE]",
+        metavar="[COLUMN=]NAME[:TYPE]",
         help=f"a result column from the answer (repeat it; TYPE: {', '.join(FIELD_TYPES)})",
     )
     look.add_argument("--result-path", metavar="PATH", help="where in the answer the fields are (a.b)")
@@ -177,6 +182,7 @@ class Plan:
     master: str | None
     remote: str | None
     partitions: int
+    retries: int
 
     def lookup(self) -> HttpLookup | RedisLookup:
         """The lookup, made on the driver and pickled to the workers."""
@@ -257,7 +263,9 @@ def _columns(flag: str, text: str | None) -> tuple[str, ...]:
 
 def _fields(specs: Sequence[str] | None) -> tuple[Field, ...]:
     if not specs:
-        raise UsageError("--field", "none given", "one or more --field NAME[:TYPE], the columns to add")
+        raise UsageError(
+            "--field", "none given", "one or more --field [COLUMN=]NAME[:TYPE], the columns to add"
+        )
     fields: list[Field] = []
     for spec in specs:
         match = _FIELD.fullmatch(spec)
@@ -265,11 +273,12 @@ def _fields(specs: Sequence[str] | None) -> tuple[Field, ...]:
             raise UsageError(
                 "--field",
                 f"{spec!r}",
-                f"NAME[:TYPE], NAME a field of the answer (a.b for nesting), TYPE one of "
-                f"{', '.join(FIELD_TYPES)}",
+                f"[COLUMN=]NAME[:TYPE], NAME a field of the answer (a.b for nesting), COLUMN the "
+                f"column's name (default: NAME, dots as '_'), TYPE one of {', '.join(FIELD_TYPES)}",
             )
         path = match["path"]
-        fields.append(Field(path.replace(".", "_"), match["type"] or "string", path=path))
+        column = match["column"] or path.replace(".", "_")
+        fields.append(Field(column, match["type"] or "string", path=path))
     names = [f.name for f in fields]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -364,6 +373,10 @@ def _order_flags(args: argparse.Namespace) -> dict[str, Any]:
     key = _columns("--key", args.key)
     order_by = _columns("--order-by", args.order_by)
     mode = args.mode or ("key_ordered" if key else "unordered")
+    if order_by and not key and args.mode is None:
+        raise UsageError(
+            "--order-by", "given without --key", "--order-by with --key: the order within each key"
+        )
     if mode == "key_ordered" and not key:
         raise UsageError("--key", "not given with --mode key_ordered", "--key COL[,COL...], the rows' key")
     if mode != "key_ordered":
@@ -436,6 +449,7 @@ def check(args: argparse.Namespace) -> Plan:
         master=args.master,
         remote=args.remote,
         partitions=args.partitions,
+        retries=args.retries,
         **paths,
         **_order_flags(args),
         **_lookup_flags(args),
@@ -454,8 +468,9 @@ def check_columns(plan: Plan, columns: Sequence[str]) -> None:
     new += [("--error-column", plan.error_column)] if plan.error_column else []
     for flag, column in new:
         if column in columns:
+            hint = " (--field COLUMN=NAME[:TYPE] names it)" if flag == "--field" else ""
             raise UsageError(
-                flag, f"column {column!r} is already in the input ({there})", "a new column name"
+                flag, f"column {column!r} is already in the input ({there})", "a new column name" + hint
             )
     if plan.error_column in [f.name for f in plan.fields]:
         raise UsageError("--error-column", f"{plan.error_column!r} is a --field too", "another name")
@@ -546,7 +561,10 @@ def _enrich(df: Any, plan: Plan) -> Any:
     from ..spark.api import AsyncDataStream
 
     options: dict[str, Any] = dict(
-        timeout=plan.timeout, capacity=plan.capacity, retry=RETRY, error_column=plan.error_column
+        timeout=plan.timeout,
+        capacity=plan.capacity,
+        retry=RetryStrategy.exponential_backoff(plan.retries, 0.1, 2.0),
+        error_column=plan.error_column,
     )
     fn = plan.lookup()
     if plan.mode == "key_ordered":

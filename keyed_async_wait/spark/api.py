@@ -487,6 +487,10 @@ def _check_state_types(schema: StructType, keys: list[str]) -> None:
 def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:
     """``(rows that succeeded, rows that failed)`` of an output with an error column.
 
+    A batch ``df`` is persisted first (unless it is already): each action on the two parts
+    would otherwise run the lookups again, and a row whose call fails on one run and succeeds on
+    another would land in both parts, or in neither. ``df.unpersist()`` when done with them.
+
     Parameters
     ----------
     df : DataFrame
@@ -499,5 +503,7 @@ def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame
     tuple of DataFrame
         The rows without an error (the column dropped), and those with one.
     """
+    if not df.isStreaming and not df.is_cached:
+        df = df.persist()
     failed = F.col(quoted(error_column)).isNotNull()
     return df.where(~failed).drop(error_column), df.where(failed)

@@ -258,6 +258,32 @@ def test_failures_fail_the_job_or_land_in_an_error_column(spark: Any) -> None:
     assert failed[0]._error.attempts == 1 and failed[0].ok is None
 
 
+def test_split_errors_runs_the_lookups_once_for_both_parts(spark: Any, tmp_path: Any) -> None:
+    """Each part's actions read one persisted run: a row whose call fails only on its first
+    try is in exactly one part (in neither, or both, if each action ran the calls again)."""
+    tries = tmp_path / "tries"
+    tries.mkdir()
+
+    async def fails_first(row: dict) -> dict:
+        mark = tries / str(row["seq"])  # the tasks run in other processes: a file per call
+        first = not mark.exists()
+        mark.write_text("")
+        if first and row["seq"] % 2:
+            raise ValueError("once")
+        return {"ok": True}
+
+    out = AsyncDataStream.unordered_wait(
+        spark.createDataFrame(updates(20), SCHEMA), fails_first, output_schema="ok boolean", error_column="_e"
+    )
+    good, bad = split_errors(out, "_e")
+    try:
+        assert sorted(r.seq for r in good.collect()) == list(range(0, 20, 2))
+        assert sorted(r.seq for r in bad.collect()) == list(range(1, 20, 2))
+        assert good.count() + bad.count() == 20
+    finally:
+        out.unpersist()
+
+
 def test_defaults_come_from_spark_conf_and_bad_values_are_named(spark: Any) -> None:
     async def f(row: dict) -> dict:
         return {"ok": True}

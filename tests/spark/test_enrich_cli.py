@@ -80,6 +80,10 @@ HTTP_FLAGS = [
     *("--bearer-env", "KAW_TEST_TOKEN", "--key", "user_id", "--order-by", "id"),
     *("--field", "name", "--field", "score:float", "--field", "visits:int", "--field", "vip:bool"),
     *("--field", "address.city", "--field", "address:json", "--error-column", "failure"),
+    *(
+        "--field",
+        "postcode=address.zip",
+    ),
 ]
 
 
@@ -89,12 +93,13 @@ def check_enriched(rows: list[Any], ids: range) -> None:
     for r in rows:
         assert r.user_id == USERS[r.id % len(USERS)] and r.amount == r.id + 0.25
         if r.user_id in (40, 50):
-            assert (r.name, r.score, r.visits, r.vip, r.address_city, r.address) == (None,) * 6
+            assert (r.name, r.score, r.visits, r.vip, r.address_city, r.address, r.postcode) == (None,) * 7
             assert (r.failure is None) == (r.user_id == 40), r
             continue
         p = profile(r.user_id)
         assert (r.name, r.score, r.visits, r.vip) == (p["name"], p["score"], p["visits"], p["vip"])
         assert r.address_city == p["address"]["city"] and json.loads(r.address) == p["address"]
+        assert r.postcode == p["address"]["zip"]  # --field COLUMN=NAME
         assert r.failure is None
     failed = [r for r in rows if r.failure is not None]
     assert all("400" in r.failure.error_message and TOKEN not in r.failure.error_message for r in failed)
@@ -220,6 +225,8 @@ PRE_SPARK = [  # (flags after --input and --output, the flag named, what else th
     (["--http-url", URL, "--field", "name", "--redis-url", "redis://x"], "--http-url", "one lookup"),
     (["--redis-url", "redis://x", "--field", "name"], "--redis-key", "not given"),
     (["--http-url", URL, "--field", "name", "--mode", "key_ordered"], "--key", "not given"),
+    (["--http-url", URL, "--field", "name", "--order-by", "id"], "--order-by", "without --key"),
+    (["--http-url", URL, "--field", "a=b=c"], "--field", "[COLUMN=]NAME[:TYPE]"),
 ]
 
 
@@ -278,6 +285,7 @@ def test_the_input_and_output_flags_are_checked_before_spark_starts(
             "--http-url: column 'customer'",
         ),
         (["--http-url", URL, "--field", "amount"], "--field: column 'amount'"),
+        (["--http-url", URL, "--field", "amount"], "--field COLUMN=NAME[:TYPE] names it"),
         (["--http-url", URL, "--field", "name", "--key", "order_id"], "--key: column 'order_id'"),
         (["--http-url", URL, "--field", "name", "--schema", "id lonng"], "--schema: 'id lonng' is no schema"),
     ],
@@ -346,3 +354,28 @@ def test_the_demo_refuses_the_flags_of_your_own_data(
     with pytest.raises(SystemExit) as exit:
         main(argv)
     assert exit.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_failing_row_without_an_error_column_fails_the_job_in_one_line(
+    spark: Any,
+    users: tuple[str, list[str]],
+    parquet_input: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A row whose call fails for good (here: the service refuses a wrong token) ends the job
+    with exit 1 and one line naming the record and the cause, and says how to keep such rows."""
+    url, _ = users
+    monkeypatch.setenv("KAW_TEST_TOKEN", "not-the-token")
+    out = tmp_path / "out"
+    flags = ["--http-url", url, "--bearer-env", "KAW_TEST_TOKEN", "--field", "name", "--retries", "1"]
+    code = main(["--input", str(parquet_input), "--output", str(out), *flags])
+    err = capsys.readouterr().err
+    assert code == 1
+    failed = [line for line in err.splitlines() if line.startswith("kaw-enrich failed: ")]
+    assert len(failed) == 1 and failed[0].startswith("kaw-enrich failed: RecordFailedError: record "), err[
+        -2000:
+    ]
+    assert "status 401" in failed[0] and "not-the-token" not in err
+    assert "--error-column NAME keeps such rows" in err
