@@ -6,7 +6,7 @@ the shared cache does not hold."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .exceptions import LookupServiceError
@@ -77,7 +77,7 @@ class LookupCalls(Gated):
                 return kept
             [claimed] = await l2.claim_many([key])
             if not claimed:
-                [(found, kept)] = await l2.wait_many([key])
+                [(found, kept, claimed)] = await l2.wait_many([key])
                 if found:
                     self.stats.shared_flight_waits += 1
                     return kept
@@ -122,32 +122,35 @@ class LookupCalls(Gated):
         claims = await l2.claim_many(missing)
         mine = [key for key, claimed in zip(missing, claims, strict=True) if claimed]
         theirs = [key for key, claimed in zip(missing, claims, strict=True) if not claimed]
-        asked, waited = await asyncio.gather(self._kept_call(l2, mine, per_key, True), l2.wait_many(theirs))
+        asked, waited = await asyncio.gather(self._kept_call(l2, mine, per_key, mine), l2.wait_many(theirs))
         if isinstance(asked, LookupServiceError):
             return asked
-        self.stats.shared_flight_waits += sum(found for found, _ in waited)
-        left = [key for key, (found, _) in zip(theirs, waited, strict=True) if not found]
-        late = await self._kept_call(l2, left, per_key, False)
+        self.stats.shared_flight_waits += sum(found for found, _, _ in waited)
+        left = [key for key, (found, _, _) in zip(theirs, waited, strict=True) if not found]
+        taken = [
+            key for key, (found, _, claimed) in zip(theirs, waited, strict=True) if claimed and not found
+        ]
+        late = await self._kept_call(l2, left, per_key, taken)
         if isinstance(late, LookupServiceError):
             return late
         answers = dict(zip(mine, asked, strict=True))
-        answers.update((key, answer) for key, (found, answer) in zip(theirs, waited, strict=True) if found)
+        answers.update((key, answer) for key, (found, answer, _) in zip(theirs, waited, strict=True) if found)
         answers.update(zip(left, late, strict=True))
         return [answers[key] for key in missing]
 
     async def _kept_call(
-        self, l2: SharedCacheClient, keys: list[Any], per_key: float | None, claimed: bool
+        self, l2: SharedCacheClient, keys: list[Any], per_key: float | None, claimed: Sequence[Any]
     ) -> list[Any] | LookupServiceError:
-        """One batch call for ``keys`` (none: no call), its answers kept in the shared cache."""
+        """One batch call for ``keys`` (none: no call), its answers kept in the shared cache;
+        the ``claimed`` ones' claims (this worker's) given up whether it answered or failed."""
         if not keys:
             return []
         fresh = await self._batch_call(keys, None if per_key is None else per_key * len(keys))
         if isinstance(fresh, LookupServiceError):
-            if claimed:
-                await l2.release_many(keys)
+            await l2.release_many(claimed)
             return fresh
         kept = [(k, a) for k, a in zip(keys, fresh, strict=True) if not isinstance(a, BaseException)]
-        await l2.put_many(kept, release=keys if claimed else ())
+        await l2.put_many(kept, release=claimed)
         return fresh
 
     async def _batch_call(self, keys: list[Any], units: float | None) -> list[Any] | LookupServiceError:

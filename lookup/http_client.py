@@ -16,7 +16,7 @@ import re
 import ssl
 import sys
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -67,16 +67,23 @@ def http_client_setting() -> str:
 
 
 def make_transport(
-    method: str, max_connections: int, request_timeout: float, options: ClientOptions, url: str
+    method: str,
+    max_connections: int,
+    request_timeout: float,
+    options: ClientOptions,
+    url: str,
+    *,
+    watch_resends: bool = False,
 ) -> Transport:
     """The client of the running loop for a lookup of ``url``: the lean one (:mod:`.http_lean`,
     on llhttp through httptools); aiohttp for HEAD (llhttp cannot frame a HEAD answer), through
     a proxy (explicit or from the environment: the lean client speaks to none), or when
-    ``KAW_HTTP=aiohttp``."""
+    ``KAW_HTTP=aiohttp``. ``watch_resends``: aiohttp's answers say whether it resent the request
+    itself (a trace on every request; the lean client's always say)."""
     setting = http_client_setting()
     proxy = options.proxy_for(url)
     if setting == "aiohttp" or method == "HEAD" or proxy is not None:
-        return AiohttpTransport(max_connections, request_timeout, options)
+        return AiohttpTransport(max_connections, request_timeout, options, watch_resends=watch_resends)
     from .http_lean import LeanTransport
 
     return LeanTransport(max_connections, request_timeout, options)
@@ -92,8 +99,19 @@ class AiohttpTransport:
     request (``./run bench http_clients``). ``~/.netrc`` is not read: credentials go only
     where the lookup's options send them."""
 
-    def __init__(self, max_connections: int, request_timeout: float, options: ClientOptions) -> None:
-        self.session = make_session(max_connections, request_timeout, options)
+    def __init__(
+        self,
+        max_connections: int,
+        request_timeout: float,
+        options: ClientOptions,
+        *,
+        watch_resends: bool = False,
+    ) -> None:
+        # aiohttp resends an idempotent request itself when its kept-alive connection closes
+        # before the answer; a trace counting the sendings tells (a write's outcome needs it)
+        self._watch_resends = watch_resends
+        traces = [_sendings_counted()] if watch_resends else []
+        self.session = make_session(max_connections, request_timeout, options, traces)
         self._options = options
         self._proxies: dict[tuple[str, str | None, int | None], str | None] = {}
 
@@ -114,17 +132,41 @@ class AiohttpTransport:
     ) -> Answer:
         await suspend()  # may be started outside a task: aiohttp's timeouts need the caller's
         proxy = self._proxy_for(url)
+        sendings = {"count": 0} if self._watch_resends else None
         async with self.session.request(
-            method, url, params=params, headers=headers or None, data=data, allow_redirects=False, proxy=proxy
+            method,
+            url,
+            params=params,
+            headers=headers or None,
+            data=data,
+            allow_redirects=False,
+            proxy=proxy,
+            trace_request_ctx=sendings,
         ) as response:
-            return Answer(response.status, response.headers, await response.read())
+            resent = sendings is not None and sendings["count"] > 1
+            return Answer(response.status, response.headers, await response.read(), resent)
 
     async def aclose(self) -> None:
         await self.session.close()
 
 
+def _sendings_counted() -> aiohttp.TraceConfig:
+    """A trace that counts a request's sendings in the dict given as its ``trace_request_ctx``."""
+
+    async def sent(_session: Any, context: Any, _params: Any) -> None:
+        if isinstance(context.trace_request_ctx, dict):
+            context.trace_request_ctx["count"] += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(sent)
+    return trace
+
+
 def make_session(
-    max_connections: int, request_timeout: float, options: ClientOptions
+    max_connections: int,
+    request_timeout: float,
+    options: ClientOptions,
+    traces: Sequence[aiohttp.TraceConfig] = (),
 ) -> aiohttp.ClientSession:
     """A session of the running loop: TLS verified (the system's CAs plus ``ca_file``, the
     client certificate for mTLS), no cookie jar; proxies are the transport's to give."""
@@ -138,6 +180,7 @@ def make_session(
         raise_for_status=False,
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=list(traces) or None,
     )
 
 

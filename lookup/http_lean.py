@@ -342,6 +342,7 @@ class LeanTransport:
         origin = (url.scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         timeout = self._timeout
         conn = None if self._slots.locked() else self._idle_connection(origin)
+        resent = False  # a first sending's kept-alive connection closed before any answer
         if conn is not None:  # the common case: nothing to wait for but the answer
             started = self._loop.time()
             await self._slots.acquire()  # a free slot: taken without suspending
@@ -350,6 +351,7 @@ class LeanTransport:
             except _Stale:
                 if method not in _IDEMPOTENT:
                     raise
+                resent = True
             finally:
                 self._slots.release()
             timeout -= self._loop.time() - started
@@ -358,11 +360,14 @@ class LeanTransport:
             conn = self._idle_connection(origin)
             if conn is not None:
                 try:
-                    return await self._use(conn, origin, request)
+                    answer = await self._use(conn, origin, request)
+                    return answer._replace(resent=True) if resent else answer
                 except _Stale:
                     if method not in _IDEMPOTENT:
                         raise
-            return await self._use(await self._connect(origin), origin, request)
+                    resent = True
+            answer = await self._use(await self._connect(origin), origin, request)
+            return answer._replace(resent=True) if resent else answer
 
     async def aclose(self) -> None:
         """Close the idle connections and wait (up to a second) until every connection is gone,

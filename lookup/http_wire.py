@@ -2,7 +2,9 @@
 :class:`Answer`, and ``aclose()``. Two clients implement it: aiohttp (``http_client``) and
 the lean HTTP/1.1 client on httptools (``http_lean``). A transport sends exactly one request
 (redirects are the caller's) and raises ``TimeoutError``, ``ssl.SSLError``, ``OSError`` or
-the client's own errors; the caller turns them into lookup errors.
+the client's own errors; the caller turns them into lookup errors. A client that resends an
+idempotent request itself (its kept-alive connection closed before any answer) says so in
+:attr:`Answer.resent`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ class Answer(NamedTuple):
     status: int
     headers: Mapping[str, str]  # case-insensitive
     body: bytes
+    # the client sent the request again itself (a kept-alive connection closed with no answer):
+    # the first may have reached the service
+    resent: bool = False
 
 
 class Transport(Protocol):

@@ -22,7 +22,8 @@ step; otherwise answer ``412 Precondition Failed`` (or ``409``) without a change
 write counts as refused as stale (no error). The refusal may name the version the service
 holds for the resource, in ``X-Record-Version`` (or the ``Idempotency-Key`` of the write it
 applied): a write whose earlier attempt's answer was lost (the connection closed, a timeout, a
-5xx) and whose retry is refused naming its own version finds its own write, and counts it
+5xx; or the HTTP client resent a PUT or DELETE itself after its kept-alive connection closed
+unanswered) and whose retry is refused naming its own version finds its own write, and counts it
 applied, as :class:`~lookup.RedisWrite` does; refused naming a newer version, or naming none, it
 is stale (as is a first attempt that finds its version held: a re-run's). A delete keeps its
 version (a tombstone) for as long as an older write may still arrive. A service that dedupes
@@ -191,7 +192,12 @@ class HttpWrite(Write):
 
     def _make_client(self) -> Transport:
         return make_transport(
-            self.method, self.max_connections, self.request_timeout, self.client_options, self.url.text
+            self.method,
+            self.max_connections,
+            self.request_timeout,
+            self.client_options,
+            self.url.text,
+            watch_resends=True,
         )
 
     async def _close_client(self, client: Transport) -> None:
@@ -252,6 +258,8 @@ class HttpWrite(Write):
             self._maybe_applied(sent)
             raise
         heard(answer.headers)  # the quota it states, for the job's budget
+        if answer.resent:  # the client's own resend: its first sending may have applied
+            self._maybe_applied(sent)
         return self._outcome(method, url, answer.status, answer.headers, sent)
 
     def _outcome(

@@ -27,7 +27,7 @@ order, the first one deciding), so exactly one of them asks the service and the 
 for that answer, up to ``S`` seconds more, then ask themselves. Nothing in it is ever needed
 for a right answer: a Redis that cannot be reached, a claimant that never answers, an answer
 the cache does not keep (an error; a miss with ``cache_missing_key=False``) all end in a
-waiter asking the service itself. Invariant (see :class:`_Waits`): a key's claim is held by
+waiter asking the service itself. Invariant (see :class:`Waits`): a key's claim is held by
 one worker at a time, a worker asks the service only as its claimant (first or by takeover)
 unless the claim was given up, a second bound passed or Redis failed, and no worker waits
 longer than ``2 S``.
@@ -39,14 +39,14 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
+from .claim_waits import Waits, decoded
 from .redis_connect import RedisClient, RedisConnection
 from .redis_nodes import Routed, mget_by_slot, pipelined, raising, usable
 
@@ -153,168 +153,9 @@ end
 return 0
 """
 
-Verdict = Literal["ask", "take", "follow", "wait"]
-
-
-# a claim seen gone this close before its expiry (as estimated from its PTTL) is taken as expired
-_EXPIRY_SLACK = 0.01
-
-
-@dataclass
-class _Wait:
-    """One key's wait: the claim waited on (its token), the time by which it has surely
-    expired if it is gone, and the time this wait ends; ``following`` once it is a claim
-    another worker made since or took over (its token None until seen), never taken over."""
-
-    token: bytes | None
-    expires: float
-    deadline: float
-    following: bool = False
-
-
-def _verdict(wait: _Wait, claim: bytes | None, now: float) -> Verdict:
-    """What one look at a key's claim (its answer not in the cache yet) means for its waiter:
-    ``ask`` the service itself (the claim was given up before it could have expired, or the
-    wait for a claim followed ended); ``take`` the claim over (it expired: its holder died;
-    or it outlived the bound); ``follow`` a claim another worker made since (wait for it,
-    bounded again); ``wait`` on."""
-    if wait.following:
-        if now >= wait.deadline or (claim is None and wait.token is not None):
-            return "ask"
-        return "wait"
-    if claim is None:
-        return "take" if now >= wait.expires - _EXPIRY_SLACK else "ask"
-    if claim != wait.token:
-        return "follow"
-    return "take" if now >= wait.deadline else "wait"
-
-
-class _Waits:
-    """The waits of one :meth:`SharedCacheClient.wait_many`, without I/O: it is told what each
-    look at Redis found and says which claims to try to take over.
-
-    Rule: a key's wait ends with its answer found, or in asking the service when its claim is
-    given up before it could have expired. Once every claim still waited on is takeable (gone
-    after its expiry, or still there past ``bound``), this waiter tries, once, to take them
-    over: first the leader (the least claim name among them and those whose claim another
-    worker replaced meanwhile; when it is one of the latter, none: all are followed), then,
-    only if the leader was won, the rest at once. A claim won is this waiter's to ask; one
-    lost (or a claim another worker made meanwhile) is followed: waited for up to ``bound``
-    more, never taken over again.
-
-    Invariant: a key is asked by at most one of the waiters that saw the same claim while the
-    one that took it over lives and answers within ``bound``: a compare-and-set admits one of
-    them, and two waiters of the same keys never split them (only the leader's winner takes
-    the rest). No key is waited for past ``start + 2 * bound``: a claim is followed at the
-    latest at the first bound, and a followed one for one bound more.
-    """
-
-    def __init__(
-        self,
-        bound: float,
-        now: float,
-        names: Sequence[str],
-        first: Sequence[tuple[bytes | None, bytes | None, int]],
-    ) -> None:
-        """``first``: per key, at the look made at ``now`` (taken before it was sent), the
-        cache's text, the claim's token and its ``PTTL`` (-1: no expiry; -2: gone)."""
-        self.bound = bound
-        self.end = now + 2 * bound
-        self.names = names
-        self.out: list[tuple[bool, Any]] = [(False, None)] * len(names)
-        self.waits: dict[int, _Wait] = {}
-        self._round: list[int] = []  # the takeover's claims, leader first
-        self._stage = 0  # 0: none yet; 1: its leader tried; 2: the rest tried; 3: over
-        self._moved: set[int] = set()  # keys whose claim another worker made since
-        for i, (text, token, pttl) in enumerate(first):
-            found = _decoded(text)
-            if found[0]:
-                self.out[i] = found
-            elif token is not None:  # (a claim gone already: as if given up, asked)
-                expires = math.inf if pttl == -1 else now + max(pttl, 0) / 1000
-                self.waits[i] = _Wait(token, expires, now + bound)
-
-    @property
-    def open(self) -> list[int]:
-        return sorted(self.waits)
-
-    def due(self, now: float) -> float:
-        """The next time a wait passes a bound (or the end)."""
-        return min([w.deadline for w in self.waits.values() if w.deadline > now] + [self.end])
-
-    def looked(
-        self, open_: Sequence[int], texts: Sequence[Any], claims: Sequence[Any], now: float
-    ) -> list[int]:
-        """A look's findings (answers and claims of ``open_``, received at ``now``); returns
-        the claim to try to take over now (the leader), if any."""
-        takes: list[int] = []
-        blocked = False
-        for i, text, claim in zip(open_, texts, claims, strict=True):
-            wait = self.waits.get(i)
-            if wait is None:
-                continue
-            found = _decoded(text)
-            if found[0]:
-                self.out[i] = found
-                del self.waits[i]
-                continue
-            said = _verdict(wait, claim, now) if now < self.end else "ask"
-            if said == "ask":
-                del self.waits[i]
-            elif said == "follow":
-                self._moved.add(i)
-                self._follow(i, now, claim)
-            elif said == "take":
-                takes.append(i)
-            elif not wait.following:
-                blocked = True  # a live claim: take over none yet (all of them at once, later)
-            elif wait.token is None:
-                wait.token = claim  # the claim followed, seen: its going is news now
-        if not takes or blocked or self._stage:
-            return []
-        self._round = sorted(takes, key=lambda i: self.names[i])
-        if min([*takes, *self._moved], key=lambda i: self.names[i]) in self._moved:
-            # the leader was taken over by another waiter: the rest is its to take, followed
-            for i in self._round:
-                self._follow(i, now)
-            self._stage = 3
-            return []
-        self._stage = 1
-        return self._round[:1]
-
-    def took(self, tried: Sequence[int], won: Sequence[bool], now: float) -> list[int]:
-        """The takeover of ``tried`` done (``won`` per key, at ``now``); returns the claims to
-        try next: the rest, once the leader was won (then none: one takeover a wait)."""
-        for i, got in zip(tried, won, strict=True):
-            if got:
-                del self.waits[i]  # this waiter's to ask
-            else:
-                self._follow(i, now)
-        rest = self._round[1:] if self._stage == 1 else []
-        self._stage = 2 if self._stage == 1 and won[0] and rest else 3
-        if self._stage == 2:
-            return rest
-        for i in rest:  # the leader lost: the rest is the winner's, followed
-            self._follow(i, now)
-        return []
-
-    def _follow(self, i: int, now: float, token: bytes | None = None) -> None:
-        self.waits[i] = _Wait(token, math.inf, min(now + self.bound, self.end), following=True)
-
 
 def _key_digest(key: Hashable) -> str:
     return hashlib.blake2b(repr(key).encode(), digest_size=16).hexdigest()
-
-
-def _decoded(text: bytes | None) -> tuple[bool, Any]:
-    """A kept entry as ``(found, answer)``: None from Redis is not found; neither is text that
-    is not ours (a key reused by hand: ask the service)."""
-    if text is None:
-        return (False, None)
-    try:
-        return (True, json.loads(text))
-    except ValueError:
-        return (False, None)
 
 
 def _token() -> bytes:
@@ -398,10 +239,11 @@ class SharedCacheClient:
         except Exception as exc:  # noqa: BLE001 - the claims expire by themselves
             self._unreachable(exc)
 
-    async def wait_many(self, keys: Sequence[Hashable]) -> list[tuple[bool, Any]]:
-        """Per key ``(found, answer)`` once another worker's call of it reached the cache; not
-        found when this worker is to ask the service itself: its claim was given up without an
-        answer, this worker took it over (see :class:`_Waits`), or the wait ended."""
+    async def wait_many(self, keys: Sequence[Hashable]) -> list[tuple[bool, Any, bool]]:
+        """Per key ``(found, answer, claimed)`` once another worker's call of it reached the
+        cache; not found when this worker is to ask the service itself: its claim was given up
+        without an answer, this worker took it over (see :class:`Waits`; then ``claimed``: its
+        to give up, as :meth:`claim_many`'s), or the wait ended."""
         bound = self.cache.single_flight or 0.0
         if not keys:
             return []
@@ -414,11 +256,9 @@ class SharedCacheClient:
             seen = await self._pipelined(routed + [(n, ("PTTL", n)) for n in names], resend_lost=True)
         except Exception as exc:  # noqa: BLE001 - ask the service instead
             self._unreachable(exc)
-            return [(False, None)] * len(keys)
+            return [(False, None, False)] * len(keys)
         n = len(keys)
-        waits = _Waits(
-            bound, started, names, list(zip(seen[:n], seen[n : 2 * n], seen[2 * n :], strict=True))
-        )
+        waits = Waits(bound, started, names, list(zip(seen[:n], seen[n : 2 * n], seen[2 * n :], strict=True)))
         pause = _POLL_FIRST
         while waits.waits and loop.time() < waits.end:
             now = loop.time()
@@ -435,7 +275,7 @@ class SharedCacheClient:
             except Exception as exc:  # noqa: BLE001 - ask the service instead
                 self._unreachable(exc)
                 break
-        return waits.out
+        return [(found, answer, i in waits.taken) for i, (found, answer) in enumerate(waits.out)]
 
     async def _take_over(self, claims: Sequence[tuple[str, bytes | None]], bound: float) -> list[bool]:
         """Per ``(claim name, token waited on)``, whether this worker now holds that claim: set
@@ -454,7 +294,7 @@ class SharedCacheClient:
         except Exception as exc:  # noqa: BLE001 - a cache is never needed for a right answer
             self._unreachable(exc)
             return [(False, None)] * len(keys)
-        out = [_decoded(text) for text in texts]
+        out = [decoded(text) for text in texts]
         self.stats.hits += sum(found for found, _ in out)
         return out
 

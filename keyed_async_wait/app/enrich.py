@@ -35,7 +35,7 @@ from typing import Any
 from ..core.exceptions import RecordFailedError
 from ..core.retry import RetryStrategy
 from ..runtime.function import AsyncFunction
-from . import own_data
+from . import own_data, own_job
 
 SCHEMA = "order_id long, seq long, version int, customer_id long, sku long, quantity int"
 RESULT_SCHEMA = "customer_name string, tier string, price double, enriched_at double"
@@ -437,7 +437,7 @@ def demo_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def enrich_own_data(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``kaw-enrich --input/--table ...``: flags checked (exit 2 naming one), the job, its summary."""
     try:
-        summary = own_data.run(own_data.check(args))
+        summary = own_job.run(own_data.check(args))
     except own_data.UsageError as exc:
         p.error(str(exc))
     except Exception as exc:  # noqa: BLE001 - reported with its cause, and a non-zero exit

@@ -4,7 +4,8 @@ or in Redis, written where you say; batch, or a stream of the files in a folder.
 Every flag is checked in :func:`check` before Spark starts (a :class:`UsageError` names the flag,
 what was given and what is allowed; ``kaw-enrich`` prints it as argparse does and exits 2). The
 columns the flags name are checked against the input's schema in :func:`check_columns`, after it
-is read and before anything is written. :func:`run` then does the job and returns its summary.
+is read and before anything is written. :func:`keyed_async_wait.app.own_job.run` then does the
+job and returns its summary.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import sys
-import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,8 +24,6 @@ from lookup.exceptions import LookupOptionError
 from lookup.fields import SPARK_TYPES
 from lookup.template import Template
 
-from ..core.retry import RetryStrategy
-
 __all__ = [
     "DEMO_ONLY",
     "EPILOG",
@@ -37,7 +33,8 @@ __all__ = [
     "add_arguments",
     "check",
     "check_columns",
-    "run",
+    "data_files",
+    "local_path",
 ]
 
 FORMATS = ("parquet", "csv", "json")
@@ -205,7 +202,7 @@ class Plan:
         )
 
 
-def _local(path: str) -> Path | None:
+def local_path(path: str) -> Path | None:
     """``path`` on this machine, or None for another file system's URI (s3a://, hdfs://)."""
     scheme = urllib.parse.urlsplit(path).scheme
     if scheme == "file":
@@ -224,7 +221,7 @@ def _extension_format(name: str) -> str | None:
     return _EXTENSIONS.get(suffixes[-1]) if suffixes else None
 
 
-def _data_files(folder: Path) -> list[Path]:
+def data_files(folder: Path) -> list[Path]:
     """The files Spark reads in ``folder`` (not _SUCCESS, .crc or other hidden ones)."""
     return [
         f
@@ -239,9 +236,9 @@ def _input_format(args: argparse.Namespace) -> str:
         return str(args.format)
     path: str = args.input
     found = _extension_format(path.rstrip("/"))
-    local = _local(path)
+    local = local_path(path)
     if found is None and local is not None and local.is_dir():
-        kinds = {_extension_format(f.name) for f in _data_files(local)}
+        kinds = {_extension_format(f.name) for f in data_files(local)}
         found = kinds.pop() if len(kinds) == 1 else None
     if found is None:
         raise UsageError(
@@ -396,8 +393,8 @@ def _paths(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("--checkpoint", "not given with --stream", "--checkpoint PATH, the stream's state")
     if not args.stream and args.checkpoint is not None:
         raise UsageError("--checkpoint", "given without --stream", "--checkpoint only with --stream")
-    output = _local(args.output)
-    source = _local(args.input) if args.input is not None else None
+    output = local_path(args.output)
+    source = local_path(args.input) if args.input is not None else None
     if args.input is not None and source is not None:
         if not source.exists():
             raise UsageError("--input", f"{args.input!r} does not exist", "an existing file or folder")
@@ -407,7 +404,7 @@ def _paths(args: argparse.Namespace) -> dict[str, Any]:
             a, b = source.resolve(), output.resolve()
             if a == b or a in b.parents or b in a.parents:
                 raise UsageError("--output", f"{args.output!r} overlaps --input", "a path outside the input")
-    checkpoint = _local(args.checkpoint) if args.checkpoint is not None else None
+    checkpoint = local_path(args.checkpoint) if args.checkpoint is not None else None
     resumed = checkpoint is not None and _non_empty(checkpoint)  # a stream's next run appends
     if output is not None and _non_empty(output) and not args.overwrite and not (args.stream and resumed):
         raise UsageError(
@@ -474,225 +471,3 @@ def check_columns(plan: Plan, columns: Sequence[str]) -> None:
             )
     if plan.error_column in [f.name for f in plan.fields]:
         raise UsageError("--error-column", f"{plan.error_column!r} is a --field too", "another name")
-
-
-# ---------------------------------------------------------------------- the job
-
-
-def _session(plan: Plan) -> tuple[Any, bool]:
-    """The active session (kaw-enrich called from Python: used, and left running), or a new one
-    on --remote or --master; and whether it is ours to stop."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    if plan.remote is not None:
-        spark = SparkSession.builder.remote(plan.remote).getOrCreate()
-        spark.conf.set("spark.sql.shuffle.partitions", str(plan.partitions))
-        return spark, True
-    spark = (
-        SparkSession.builder.master(plan.master or "local[*]")
-        .appName("kaw-enrich")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(plan.partitions))
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
-
-
-def _reader(spark: Any, plan: Plan, streaming: bool) -> Any:
-    reader = (spark.readStream if streaming else spark.read).format(plan.format)
-    if plan.format == "csv":
-        reader = reader.option("header", True)
-    return reader
-
-
-def _schema(spark: Any, plan: Plan) -> Any:
-    """--schema, parsed (a ``UsageError`` if it is no schema), or None."""
-    if plan.schema is None:
-        return None
-    from pyspark.sql.types import StructType
-
-    try:
-        parsed = StructType.fromDDL(plan.schema) if hasattr(StructType, "fromDDL") else None
-        if parsed is None:  # pyspark 3.5: Spark parses it
-            parsed = spark.createDataFrame([], plan.schema).schema
-    except Exception as exc:  # noqa: BLE001 - Spark's parse error, shown in short
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(
-            "--schema", f"{plan.schema!r} is no schema ({first})", "a DDL schema, e.g. 'id long, name string'"
-        ) from None
-    return parsed
-
-
-def read_input(spark: Any, plan: Plan) -> Any:
-    """The input as a DataFrame: batch, or a stream whose schema is --schema or the one of the
-    files already in the folder."""
-    if plan.table is not None:
-        if not spark.catalog.tableExists(plan.table):
-            raise UsageError(
-                "--table", f"{plan.table!r} is not in the session's catalog", "an existing table"
-            )
-        return spark.read.table(plan.table)
-    schema = _schema(spark, plan)
-    batch = _reader(spark, plan, streaming=False)
-    if schema is not None:
-        batch = batch.schema(schema)
-    elif plan.format == "csv":
-        batch = batch.option("inferSchema", True)
-    if not plan.stream:
-        return batch.load(plan.input)
-    if schema is None:
-        local = _local(str(plan.input))
-        if local is not None and not _data_files(local):
-            raise UsageError(
-                "--schema",
-                "not given, and the input folder has no files yet",
-                "--schema DDL for an empty folder",
-            )
-        schema = batch.load(plan.input).schema
-    return _reader(spark, plan, streaming=True).schema(schema).load(plan.input)
-
-
-def _enrich(df: Any, plan: Plan) -> Any:
-    from ..spark.api import AsyncDataStream
-
-    options: dict[str, Any] = dict(
-        timeout=plan.timeout,
-        capacity=plan.capacity,
-        retry=RetryStrategy.exponential_backoff(plan.retries, 0.1, 2.0),
-        error_column=plan.error_column,
-    )
-    fn = plan.lookup()
-    if plan.mode == "key_ordered":
-        return AsyncDataStream.key_ordered_wait(
-            df, fn, list(plan.key), order_by=list(plan.order_by) or None, **options
-        )
-    if plan.mode == "ordered":
-        return AsyncDataStream.ordered_wait(df, fn, **options)
-    return AsyncDataStream.unordered_wait(df, fn, **options)
-
-
-def _writable(df: Any, output_format: str) -> Any:
-    """CSV holds no structs, arrays or maps: such columns (the error column) become JSON text."""
-    if output_format != "csv":
-        return df
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    nested = (StructType, ArrayType, MapType)
-    return df.select(
-        *[
-            F.to_json(F.col(f"`{f.name}`")).alias(f.name)
-            if isinstance(f.dataType, nested)
-            else F.col(f"`{f.name}`")
-            for f in df.schema.fields
-        ]
-    )
-
-
-def _measures(plan: Plan, rows_name: str) -> list[Any]:
-    """Rows counted as ``rows_name``, and with --error-column the failed ones as ``failed``."""
-    from pyspark.sql import functions as F
-
-    measures = [F.count(F.lit(1)).alias(rows_name)]
-    if plan.error_column is not None:
-        measures.append(F.count(F.col(plan.error_column)).alias("failed"))  # counts the non-NULL
-    return measures
-
-
-def _clear(*paths: str | None) -> None:
-    for path in paths:
-        local = _local(path) if path is not None else None
-        if local is not None and local.is_dir():
-            shutil.rmtree(local)
-        elif local is not None and local.exists():
-            local.unlink()
-
-
-def _run_batch(spark: Any, df: Any, plan: Plan) -> dict[str, Any]:
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from ..spark.metrics import is_connect
-
-    connect = is_connect(spark)  # a write's observations do not reach a Connect client
-    seen_in, seen_out = Observation("kaw_enrich_in"), Observation("kaw_enrich_out")
-    counted = df if connect else df.observe(seen_in, F.count(F.lit(1)).alias("rows_in"))
-    enriched = _enrich(counted, plan)
-    if not connect:
-        enriched = enriched.observe(seen_out, *_measures(plan, "rows_out"))
-    # a local output is empty or --overwrite was given (checked); another's: Spark refuses to replace it
-    mode = "overwrite" if plan.overwrite or _local(plan.output) is not None else "errorifexists"
-    writer = _writable(enriched, plan.output_format).write.format(plan.output_format).mode(mode)
-    if plan.output_format == "csv":
-        writer = writer.option("header", True)
-    writer.save(plan.output)
-    if not connect:
-        return {**seen_in.get, **seen_out.get}
-    reader = spark.read.format(plan.output_format)
-    written = (reader.option("header", True) if plan.output_format == "csv" else reader).load(plan.output)
-    counts = written.agg(*_measures(plan, "rows_out")).first().asDict()
-    return {"rows_in": df.count(), **counts}
-
-
-def _run_stream(df: Any, plan: Plan) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
-    from ..spark.compat import observed_progress
-
-    if plan.overwrite:  # start over: the output and what the checkpoint remembers of it
-        _clear(plan.output, plan.checkpoint)
-    counted = df.observe("kaw_enrich_in", F.count(F.lit(1)).alias("rows_in"))
-    enriched = _enrich(counted, plan).observe("kaw_enrich_out", *_measures(plan, "rows_out"))
-    writer = _writable(enriched, plan.output_format).writeStream.format(plan.output_format)
-    if plan.output_format == "csv":
-        writer = writer.option("header", True)
-    query = (
-        writer.option("path", plan.output)
-        .option("checkpointLocation", plan.checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"the query failed: {query.exception()}")
-    totals: dict[str, Any] = {}
-    for _, observed in observed_progress(query.recentProgress):
-        for row in observed.values():
-            for name, value in row.items():
-                if isinstance(value, int):
-                    totals[name] = totals.get(name, 0) + value
-    return totals
-
-
-def run(plan: Plan) -> dict[str, Any]:
-    """The job: read, check the columns the flags name, enrich, write; returns the summary.
-    Raises ``UsageError`` for a column that is not there (before anything is written)."""
-    started = time.monotonic()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers run this Python, with this library
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark, ours = _session(plan)
-    try:
-        df = read_input(spark, plan)
-        check_columns(plan, df.columns)
-        counts = _run_stream(df, plan) if plan.stream else _run_batch(spark, df, plan)
-    finally:
-        if ours:
-            spark.stop()
-    summary: dict[str, Any] = {
-        "input": plan.input if plan.input is not None else f"table {plan.table}",
-        "mode": plan.mode,
-        "stream": plan.stream,
-        "rows_in": counts.get("rows_in", 0),  # a stream with no new files: no micro-batch
-        "rows_out": counts.get("rows_out", 0),
-    }
-    if plan.error_column is not None:
-        summary["failed_rows"] = counts.get("failed", 0)
-    summary["wall_s"] = round(time.monotonic() - started, 2)
-    summary["output"] = plan.output
-    summary["output_format"] = plan.output_format
-    return summary

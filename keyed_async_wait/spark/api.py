@@ -16,25 +16,24 @@ from typing import Any, Literal, NoReturn
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
 from ..core.backlog import BacklogPolicy
-from ..core.checks import check_bool, check_positive_int, check_seconds
+from ..core.checks import check_positive_int
 from ..core.elements import OutputMode
 from ..core.exceptions import ConfigError, UnknownSettingError
 from ..core.keys import WHOLE_RECORD
 from ..core.parking import DeferPolicy
 from ..core.retry import RetryStrategy
 from ..core.spec import WaitSpec
-from ..runtime.chain import Chain
 from .balance import Placement
-from .column_names import misread, stage_names
-from .journal import ProgressJournal, journal_prefix
-from .key_hash import map_key, quoted
+from .column_names import stage_names
+from .journal import ProgressJournal
+from .key_hash import quoted
 from .metrics import AsyncWaitMetrics
 from .options import key_columns, make_plan, order_columns, wait_spec
-from .parked import STATE_COLUMN, ParkingPlan
-from .stream import STATE_STRUCT, KeyedStream, error_handling, parking_stage
+from .stream import KeyedStream
+from .stream_build import build_key_ordered_stream
 from .task import run_partition
 
 __all__ = ["AsyncDataStream", "split_errors"]
@@ -276,28 +275,24 @@ class AsyncDataStream:
         checkpoint_location : str
             The query's checkpoint; parked state lives in its ``async_state/``.
         assume_partitioned : bool
-            Each micro-batch's rows of a key are all in one partition already (a Kafka topic
-            its producers partition by this key, read without ``minPartitions``): a micro-batch
-            with nothing parked runs its lookups where its rows are, without a shuffle. Parked
-            rows, and new rows of parked keys, still go by the key's hash. Checked after each
-            such micro-batch: a key in two partitions fails it, naming the key, uncommitted.
+            A key's rows of a micro-batch are in one partition already (a Kafka topic keyed so,
+            read without ``minPartitions``): with nothing parked, no shuffle. Checked per such
+            micro-batch: a key in two partitions fails it, naming the key, uncommitted.
         time_cap : float, optional
-            Seconds a task may start work per micro-batch; what has not finished then is
-            parked, with every later row of its key.
+            Seconds a task may start work per micro-batch; the rest is parked, key by key.
         defer : DeferPolicy, optional
-            A row whose retries ran out is parked and tried again in a later micro-batch
-            (``DeferPolicy(delay=5.0, max_delay=300.0, multiplier=2.0, max_age=None)``); after
-            ``max_age`` seconds of deferral it becomes an error row in ``error_column``
-            (``"_error"`` unless named). Without it such a row fails the micro-batch, or is an
-            error row when ``error_column`` is given.
+            A row whose retries ran out is parked and tried again in a later micro-batch; after
+            ``max_age`` seconds it is an error row in ``error_column`` (``"_error"`` unless
+            named). Without it such a row fails the micro-batch, or is an error row when
+            ``error_column`` is given.
         max_defer_age, on_error
             Deprecated: ``defer=DeferPolicy(max_age=...)``; ``on_error="emit"`` is
             ``error_column="_error"`` and ``on_error="defer"`` is ``defer=DeferPolicy()``.
         heartbeat : float, optional
             Seconds: keep micro-batches (and retries of parked rows) going without new input.
         keep_versions, replay_rows, state_window : int
-            State versions kept (>= 2); parked rows replayed per micro-batch at most (None:
-            all); micro-batches a segment of state lives before it is compacted.
+            State versions kept (>= 2); parked rows replayed per micro-batch at most (None: all);
+            micro-batches a segment of state lives before it is compacted.
         step_journal : lookup.StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
             Redis, so a micro-batch re-run after a crash resumes every record at its step.
@@ -309,29 +304,15 @@ class AsyncDataStream:
         Returns
         -------
         KeyedStream
-            ``start()`` it; ``reports`` says per micro-batch what came in, out and was parked.
+            ``start()`` it; its ``reports`` say what came in, went out and was parked.
 
         Raises
         ------
         ConfigError
-            As :meth:`ordered_wait`; also a batch DataFrame, a column type parquet cannot hold,
-            or a step journal without a chain.
+            As :meth:`ordered_wait`; also a batch DataFrame or a type its parked state cannot hold.
         """
         _no_unknown("key_ordered_stream", unknown)
-        given = locals()
-        operator, edge, state = ({name: given[name] for name in group} for group in _STREAM_OPTIONS)
-        return _key_ordered_stream(df, fn, key, (sink, checkpoint_location, order_by), state, operator, edge)
-
-
-# key_ordered_stream's options, in the groups its builder takes them
-_STREAM_OPTIONS = (
-    ("timeout", "capacity", "retry", "batch_size", "blocked_capacity"),  # the operator's
-    ("output_schema", "join", "error_column", "metrics"),  # the output's
-    (  # the stream's and its parked state's
-        *("time_cap", "on_error", "defer", "max_defer_age", "heartbeat", "keep_versions"),
-        *("replay_rows", "state_window", "num_partitions", "step_journal", "assume_partitioned"),
-    ),
-)
+        return build_key_ordered_stream(locals())
 
 
 def _no_unknown(call: str, unknown: dict[str, Any]) -> None:
@@ -382,106 +363,6 @@ def _wait(df: DataFrame, fn: Any, spec: WaitSpec, observe: str | None, **edge: A
             F.sum(F.when(F.col(quoted(plan.error_column)).isNotNull(), 1).otherwise(0)).alias("errors")
         )
     return enriched.observe(observe, *measures)
-
-
-def _key_ordered_stream(
-    df: DataFrame,
-    fn: Any,
-    key: Key,
-    stream: tuple[Callable[[DataFrame, int], None], str, str | Sequence[str] | None],
-    state: dict[str, Any],
-    operator: dict[str, Any],
-    edge: dict[str, Any],
-) -> KeyedStream:
-    sink, checkpoint_location, order_by = stream
-    if not df.isStreaming:
-        raise ConfigError("df", "a batch DataFrame", "a streaming DataFrame (spark.readStream...)")
-    if STATE_COLUMN in df.columns:
-        raise ConfigError("df", STATE_COLUMN, f"a DataFrame without a column named {STATE_COLUMN}")
-    misnamed = [c for c in df.columns if misread(c)]
-    if misnamed:  # its state keeps the columns by name: the batch waits rename them, a stream cannot yet
-        allowed = (
-            "columns named without '.' or '`' in key_ordered_stream (Spark reads such a name as a path); "
-        )
-        allowed += f"rename it first, e.g. df.withColumnRenamed({misnamed[0]!r}, ...)"
-        raise ConfigError("df column", misnamed[0], allowed)
-    check_seconds("time_cap", state["time_cap"], optional=True)
-    heartbeat = state["heartbeat"]
-    check_seconds("heartbeat", heartbeat, optional=True)
-    if heartbeat is not None and heartbeat < 1:
-        raise ConfigError("heartbeat", heartbeat, "seconds >= 1, or None (micro-batches only on new input)")
-    columns = key_columns(df, key)
-    sort_by = order_columns(df, order_by)
-    check_positive_int("num_partitions", state["num_partitions"], optional=True)
-    check_positive_int("keep_versions", state["keep_versions"])
-    check_positive_int("replay_rows", state["replay_rows"], optional=True)
-    check_positive_int("state_window", state["state_window"])
-    check_bool("assume_partitioned", state["assume_partitioned"])
-    _check_state_types(df.schema, columns)
-    defer, error_column = error_handling(
-        state["on_error"], state["defer"], state["max_defer_age"], edge["error_column"]
-    )
-    edge = {**edge, "error_column": error_column}
-    parking = ParkingPlan(state["time_cap"], **_journal_of(fn, state["step_journal"], checkpoint_location))
-    spec = wait_spec(df, OutputMode.KEY_ORDERED, key=columns, **operator)
-    passthrough = [StructField(STATE_COLUMN, STATE_STRUCT, True)]
-    plan, out, _ = make_plan(  # built once: bad options fail now
-        df.withColumn(STATE_COLUMN, F.lit(None).cast(STATE_STRUCT)),
-        fn,
-        spec,
-        defer=defer,
-        parked=True,
-        passthrough=passthrough,
-        **edge,
-    )
-    return KeyedStream(
-        df,
-        parking_stage(plan, out),
-        parking,
-        key_columns=columns,
-        order_by=sort_by,
-        sink=sink,
-        checkpoint_location=checkpoint_location,
-        num_partitions=state["num_partitions"],
-        heartbeat=heartbeat,
-        keep_versions=state["keep_versions"],
-        replay_rows=state["replay_rows"],
-        state_window=state["state_window"],
-        assume_partitioned=state["assume_partitioned"],
-        whole_record=key is WHOLE_RECORD,
-    )
-
-
-def _journal_of(fn: Any, journal: Any, checkpoint: str) -> dict[str, Any]:
-    if journal is None:
-        return {}
-    if not isinstance(journal, ProgressJournal):
-        raise ConfigError("step_journal", journal, "a StepJournal(url) (from lookup), or None")
-    if not isinstance(fn, Chain):
-        raise ConfigError("step_journal", journal, "None unless fn is a Chain (it journals a chain's steps)")
-    return {"journal": journal, "journal_prefix": journal_prefix(checkpoint)}
-
-
-def _check_state_types(schema: StructType, keys: list[str]) -> None:
-    """Parked rows are kept as parquet, which Spark cannot write for a TIME value; their keys
-    are compared with a micro-batch's in joins and distinct sets, which take no map."""
-    mapped = map_key(schema, keys)
-    if mapped is not None:
-        raise ConfigError(
-            f"key column {mapped!r}",
-            schema[mapped].dataType.simpleString(),
-            "a type Spark compares: key_ordered_stream joins a micro-batch's keys with its "
-            "parked keys, and Spark compares no MAP (nor a VARIANT); key by to_json of it, "
-            "or by other columns",
-        )
-    for field in schema.fields:
-        if "time(" in field.dataType.simpleString().replace("timestamp", ""):
-            raise ConfigError(
-                f"column {field.name!r}",
-                field.dataType.simpleString(),
-                "a type parquet holds: key_ordered_stream keeps parked rows as parquet, and Spark "
-                "writes no TIME to parquet; cast it to a string first",
-            )
 
 
 def split_errors(df: DataFrame, error_column: str = "_error") -> tuple[DataFrame, DataFrame]:

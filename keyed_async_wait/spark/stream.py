@@ -351,5 +351,5 @@ def _deprecated(name: str, instead: str) -> None:
     warnings.warn(
         f"key_ordered_stream's {name}= is deprecated and goes in the next release; use {instead}",
         DeprecationWarning,
-        stacklevel=5,  # the caller of key_ordered_stream
+        stacklevel=6,  # the caller of key_ordered_stream
     )

@@ -198,3 +198,19 @@ def test_a_refusal_naming_no_version_leaves_a_retried_write_stale(httpserver: An
     pairs = run(write_all(fn, [{"id": 1, "v": 2}], retry=RetryStrategy.fixed_delay(2, 0.01)))
     assert [res[0]["applied"] for _, res in pairs] == [False]
     assert len(httpserver.log) == 2 and (fn.stats.applied, fn.stats.stale) == (0, 1)
+
+
+def test_a_put_the_client_resent_itself_after_a_lost_answer_is_applied(service: Any) -> None:
+    """One write at a time, so each goes out on the kept-alive connection of the one before: the
+    service applies it and closes the connection unanswered, the HTTP client resends the PUT
+    itself (idempotent), and the resend is refused naming the write's own version: applied."""
+    url, state = service
+    state.lose_answers = 5
+    fn = HttpWrite(url + "/records/{id}", fields=["name"], version="v")
+    records = [{"id": i, "v": 1, "name": f"n{i}"} for i in range(8)]
+    pairs = run(write_all(fn, records, capacity=1, retry=RetryStrategy.fixed_delay(2, 0.01)))
+    assert state.lose_answers == 0 and len(state.write_log) == 8 + 5  # five sent twice
+    applied = sorted(key for key, _, applied, _ in state.write_log if applied)
+    assert applied == sorted(str(i) for i in range(8))
+    assert [res[0]["applied"] for _, res in pairs] == [True] * 8
+    assert (fn.stats.applied, fn.stats.stale) == (8, 0)

@@ -22,7 +22,8 @@ from keyed_async_wait import RecordFailedError
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Field, HttpLookup, PartialCache, RedisLookup, Secret, SharedCache
-from lookup.shared_cache import SharedCacheClient, _Waits
+from lookup.claim_waits import Waits
+from lookup.shared_cache import SharedCacheClient
 
 from ..core.helpers import run
 from ..processes import group, kill_group
@@ -215,6 +216,29 @@ def test_a_claim_whose_holder_died_delays_the_others_by_at_most_the_bound(
     assert again[0][1] and time.monotonic() - started < 2.0  # not the 5 s of a claim left behind
 
 
+@pytest.mark.parametrize("batch", [None, 20])
+def test_a_claim_taken_over_is_given_up_when_the_takers_call_fails(
+    service: Any, redis_url: str, batch: int | None
+) -> None:
+    """A dead worker's claim expires; the waiter takes it over and its call fails: it gives the
+    claim up at once (the other waiters ask now), as a claim of its own, not at its expiry."""
+    url, state = service
+    shared = SharedCache(redis_url, expire_after_write=60, name=uuid.uuid4().hex, single_flight=30.0)
+    fn = users(url, shared, batch_url=f"{url}/users/batch" if batch else None)
+    namespace = shared.namespace(fn.cache_identity(), fn.cache_credentials())
+    claim = SharedCacheClient(shared, namespace)._claim_of(fn.request_key({"user_id": 9}))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(claim, "dead", px=300)  # a dead worker's, about to expire
+        state.fail(503, count=1)
+        with pytest.raises(RecordFailedError):
+            run(through(fn, rows(range(9, 10)), batch_size=batch or 1))
+        assert state.faults == 1 and state.keys_asked == 1  # taken over and asked, once
+        assert client.exists(claim) == 0  # given up, not held for the 30 s of single_flight
+    finally:
+        client.close()
+
+
 _WORKER = textwrap.dedent(
     """
     import asyncio, json, sys, time
@@ -318,7 +342,7 @@ def _simulate(
     dies: list[bool],
     given_up: float | None,
 ) -> tuple[list[list[int]], list[float]]:
-    """Waiters run by :class:`_Waits` over a fake Redis and clock: a claimant claimed every
+    """Waiters run by :class:`Waits` over a fake Redis and clock: a claimant claimed every
     key at 0 (expiring at ``bound``, a little apart) and died, or gave its claims up at
     ``given_up``. Waiter ``w`` arrives at ``arrivals[w]`` for the keys ``sets[w]``, looks every
     ``polls[w]`` seconds, its compare-and-sets landing ``delays[w]`` after it decided, and once
@@ -370,7 +394,7 @@ def _simulate(
                 token = claim(k, t)
                 pttl = -2 if token is None else round((claims[k][1] - t) * 1000)
                 first.append((b"1" if k in cache else None, token, pttl))
-            waits[w] = _Waits(bound, t, [names[k] for k in ks], first)
+            waits[w] = Waits(bound, t, [names[k] for k in ks], first)
             next_look(w, t)
         elif what == "look":
             open_ = waits[w].open

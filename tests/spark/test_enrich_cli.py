@@ -17,7 +17,7 @@ import redis
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from keyed_async_wait.app import own_data
+from keyed_async_wait.app import own_job
 from keyed_async_wait.app.enrich import main
 
 pytestmark = pytest.mark.spark
@@ -207,7 +207,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(plan: Any) -> Any:
         raise AssertionError("Spark started before the flags were checked")
 
-    monkeypatch.setattr(own_data, "_session", refuse)
+    monkeypatch.setattr(own_job, "_session", refuse)
 
 
 URL = "http://127.0.0.1:9/users/{user_id}"
