@@ -36,6 +36,7 @@ from ..core.exceptions import RecordFailedError
 from ..core.retry import RetryStrategy
 from ..runtime.function import AsyncFunction
 from . import own_data, own_job
+from .spark_session import new_session
 
 SCHEMA = "order_id long, seq long, version int, customer_id long, sku long, quantity int"
 RESULT_SCHEMA = "customer_name string, tier string, price double, enriched_at double"
@@ -251,22 +252,7 @@ def order_check(rows: list[Any]) -> tuple[int, int]:
 
 def session(args: argparse.Namespace) -> Any:
     """A classic session on ``--master``, or a Spark Connect client of ``--remote``."""
-    from pyspark.sql import SparkSession
-
-    if args.remote:
-        spark = SparkSession.builder.remote(args.remote).getOrCreate()
-        spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
-        return spark
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("kaw-enrich")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(args.partitions))
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return new_session(args.master, args.remote, args.partitions)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

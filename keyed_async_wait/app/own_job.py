@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.retry import RetryStrategy
 from .own_data import Plan, UsageError, check_columns, data_files, local_path
+from .spark_session import new_session
 
 __all__ = ["read_input", "run"]
 
@@ -27,20 +28,7 @@ def _session(plan: Plan) -> tuple[Any, bool]:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    if plan.remote is not None:
-        spark = SparkSession.builder.remote(plan.remote).getOrCreate()
-        spark.conf.set("spark.sql.shuffle.partitions", str(plan.partitions))
-        return spark, True
-    spark = (
-        SparkSession.builder.master(plan.master or "local[*]")
-        .appName("kaw-enrich")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(plan.partitions))
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
+    return new_session(plan.master or "local[*]", plan.remote, plan.partitions), True
 
 
 def _reader(spark: Any, plan: Plan, streaming: bool) -> Any:
