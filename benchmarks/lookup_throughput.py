@@ -134,11 +134,12 @@ def bench_redis(url: str, n: int) -> None:
 
 async def columnar(lookup: Any, batches: list[Any], chunk: int, concurrency: int) -> int:
     """The backlog gear's columnar path: Arrow batches of ids in, result lists per key out."""
+    path = lookup.columnar()
     done = 0
     try:
         for batch in batches:
-            keys = lookup.column_keys(batch)
-            results = await lookup.results_for_keys(list(dict.fromkeys(keys)), chunk, concurrency)
+            keys = path.column_keys(batch)
+            results = await path.results_for_keys(list(dict.fromkeys(keys)), chunk, concurrency)
             done += len(results)
     finally:
         await lookup.aclose()

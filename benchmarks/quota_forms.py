@@ -57,6 +57,28 @@ def worker(url: str, budget: Budget, start: int, count: int) -> None:
     asyncio.run(calls(url, budget, start, count))
 
 
+def traced(quota: Quota) -> list[tuple[float, bool]]:
+    """Every answer of ``quota`` from now on as (monotonic seconds, admitted), for ``--trace``."""
+    answers: list[tuple[float, bool]] = []
+    admit = quota.admit
+
+    def admit_and_note(units: float, now: float | None = None) -> tuple[bool, dict[str, str]]:
+        ok, headers = admit(units, now)
+        answers.append((time.monotonic(), ok))
+        return ok, headers
+
+    quota.admit = admit_and_note  # type: ignore[method-assign]
+    return answers
+
+
+def by_window(answers: list[tuple[float, bool]], window: float) -> str:
+    """Admitted/refused per window of the service's clock, for ``--trace``."""
+    counts: dict[int, list[int]] = {}
+    for at, ok in answers:
+        counts.setdefault(int(at // window), [0, 0])[0 if ok else 1] += 1
+    return " ".join(f"{a}/{r}" if r else str(a) for _, (a, r) in sorted(counts.items()))
+
+
 def used_after(state: ServiceState, quota: Quota, since: float) -> float | None:
     """The share of the quota in force used by the calls admitted from ``since`` on."""
     starts = sorted(start for _, start, _, _ in state.calls if start >= since)
@@ -72,6 +94,7 @@ def one(url: str, redis_url: str, state: ServiceState, case: tuple[str, float, f
     quota = state.quota = Quota(calls=per_window, window=window, form=form)
     state.calls.clear()
     state.record_calls = True
+    answers = traced(quota) if args.trace else []
     budget = Budget(redis_url, f"q{uuid.uuid4().hex[:8]}", in_flight=40)
     spawn = multiprocessing.get_context("spawn")
     share = total // args.processes
@@ -107,6 +130,8 @@ def one(url: str, redis_url: str, state: ServiceState, case: tuple[str, float, f
     if doubled:
         after = used_after(state, quota, doubled[0] + 10)
         line += f"   doubled: {'-' if after is None else f'{after:.2f}'} of the new quota from 10 s on"
+    if args.trace:
+        line += f"\n  admitted/refused a window: {by_window(answers, window)}"
     state.quota = None
     state.record_calls = False
     return line
@@ -120,6 +145,7 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--rates", default="30", help="the quota, calls a second (default 30)")
     parser.add_argument("--processes", type=int, default=2, help="worker OS processes sharing the budget")
     parser.add_argument("--double-after", type=float, default=0.0, help="double the quota after S seconds")
+    parser.add_argument("--trace", action="store_true", help="print admitted/refused per window")
     args = parser.parse_args(argv)
     columns = ("form", 12), ("window", 7), ("quota", 8), ("refused", 14), ("share", 7), ("quota used", 10)
     heads = [f"{name:<{width}}" if name == "form" else f"{name:>{width}}" for name, width in columns]

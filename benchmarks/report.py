@@ -34,7 +34,7 @@ MAX_LINES = 200
 # The page's order; a scenario not named here comes after these, by file name.
 ORDER = (
     "throughput",
-    "cpu",
+    "cost",
     "cpu_paths",
     "redis",
     "writes",

@@ -10,7 +10,6 @@ JSON line per run: rows/s and the CPU seconds of the whole process tree over the
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -24,20 +23,9 @@ from daft import col
 
 sys.path.insert(0, os.path.dirname(__file__))
 import proc_tree
+from aio_sessions import drop_all, session
 
 KEYS = 2_000
-_SESSIONS: dict[int, Any] = {}
-
-
-def session(limit: int) -> Any:
-    """One aiohttp session per running loop (made in the loop that uses it)."""
-    import aiohttp
-
-    loop = asyncio.get_running_loop()
-    found = _SESSIONS.get(id(loop))
-    if found is None:
-        found = _SESSIONS[id(loop)] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
-    return found
 
 
 def fetcher(url: str, in_flight: int) -> Any:
@@ -73,8 +61,7 @@ def main() -> None:
     proc_tree.adopt_orphans()
     for _ in range(runs):
         print(json.dumps(checked_run(url, rows, in_flight)), flush=True)
-    for client in _SESSIONS.values():  # their loops are Daft's: only drop the connections
-        client.connector._close()
+    drop_all()
 
 
 if __name__ == "__main__":
