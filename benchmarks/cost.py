@@ -11,9 +11,11 @@ neither is a dependency of the library). Every job checks its rows against their
 figures per job, both the CPU of the whole process tree (``peers/proc_tree.py``):
 
 - *whole process*: from the job's process start to its end, start-up included (the JVM, Ray's
-  services, the workers' imports): what a user's bill follows for a job of N rows;
-- *the run*: over the job's K-th run in its session (K = ``--runs``, 2 by default: the workers
-  already up, as ``spark_throughput``'s meter counts them).
+  services, the workers' imports), over its K runs' rows: what a user's bill follows. Sampled
+  from /proc while the job runs (:class:`TreeMeter`): the rusage of reaped children would lose
+  Spark's Python workers, whose daemon ignores SIGCHLD;
+- *the last run*: over the job's K-th run in its session (K = ``--runs``, 2 by default: the
+  workers already up, as ``spark_throughput``'s meter counts them), by process for Spark.
 
 ``wrk`` against the same service at each in-flight count is the limit; each job's rows/s is
 printed as a fraction of it.

@@ -1,7 +1,7 @@
 """A quota in every form a service states it, followed by a job-wide budget with no rate given.
 
     ./run bench quota_forms [--calls N] [--forms x-ratelimit,ietf,retry-after] [--windows 1,2,10]
-                            [--rates 30,60,120] [--processes 2] [--double-after S]
+                            [--rates 30,60,120] [--processes 2] [--double-after S] [--trace]
 
 The service (the project's test service, 20 ms an answer) admits ``rate`` calls a second's
 worth per window (at 60 a second: 60 per 1 s window, 120 per 2 s, 600 per 10 s), refuses the
@@ -14,7 +14,9 @@ calling (admitted calls over the quota from the first admitted call to the last)
 
 ``--double-after S`` doubles the quota S seconds into each case, and also prints the share of
 the new quota used from 10 s after the change to the last call (the budget has to find the
-higher quota by itself when the service states nothing but ``Retry-After``).
+higher quota by itself when the service states nothing but ``Retry-After``). ``--trace`` also
+prints, per window of the service's clock, the calls it admitted and where in the window each
+refusal fell.
 """
 
 from __future__ import annotations
@@ -72,11 +74,15 @@ def traced(quota: Quota) -> list[tuple[float, bool]]:
 
 
 def by_window(answers: list[tuple[float, bool]], window: float) -> str:
-    """Admitted/refused per window of the service's clock, for ``--trace``."""
-    counts: dict[int, list[int]] = {}
+    """Admitted per window of the service's clock, and where in it each refusal fell (0-1)."""
+    counts: dict[int, list[Any]] = {}
     for at, ok in answers:
-        counts.setdefault(int(at // window), [0, 0])[0 if ok else 1] += 1
-    return " ".join(f"{a}/{r}" if r else str(a) for _, (a, r) in sorted(counts.items()))
+        cell = counts.setdefault(int(at // window), [0, []])
+        if ok:
+            cell[0] += 1
+        else:
+            cell[1].append(f"{at / window % 1:.2f}")
+    return " ".join(f"{a}/{','.join(r)}" if r else str(a) for _, (a, r) in sorted(counts.items()))
 
 
 def used_after(state: ServiceState, quota: Quota, since: float) -> float | None:
