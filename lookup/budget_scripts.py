@@ -10,12 +10,15 @@ expiry), ``G`` the groups sharing it (a sorted set: group -> activity expiry). S
 ``s_reset``/``s_rate``/``s_rate_until`` and ``u_remaining``/``u_reset``/``u_rate``/
 ``u_rate_until`` what the service said of its calls and units; ``aimd``, ``base``, ``cut``,
 ``slow`` the adaptive limit; ``uc`` units given back (a credit the cap does not cut) and
-``uratio`` what calls used over what they were estimated to cost (learned from settlements).
+``uratio`` what calls used over what they were estimated to cost (learned from settlements);
+``ra_*`` and ``p_*`` a quota learned from ``Retry-After`` alone and its probing, and
+``trial_end``/``trial_at`` the one call let through to find where a window ends.
 
 Invariants: leases held never exceed the concurrency limit in force when each was taken; a
 lease whose holder stopped renewing it (a killed task) is gone ``lease`` seconds after its last
 renewal, and its place with it; calls started over any ``T`` seconds stay within ``burst +
-rate * T`` (the rate less the headroom); cost units used over any ``T`` stay within
+rate * T`` (the rate less the headroom; a pause earns no tokens, so the calls it held back
+start within it too); cost units used over any ``T`` stay within
 ``units_burst + units_rate * T`` plus what was charged and not yet settled, and a unit
 given back is never lost to the bucket's cap (it is a credit the next charges spend first);
 a group's leases count stays the number of its live
@@ -77,6 +80,9 @@ local limit, source = cap, 'configured'
 if adaptive then
   local a = math.max(1, math.floor(num('aimd', math.min(ceiling, 4))))
   if limit <= 0 or a < limit then limit, source = a, 'adaptive' end
+end
+if num('trial_end', 0) > now then
+  limit, source = 1, 'one call to find where the window ends'
 end
 -- while the service has said nothing of its quota and no rate is configured, calls start at
 -- a pace that doubles every half second from 40 a second (a cold start), so that the first 429s
@@ -182,6 +188,24 @@ if estimate and used and estimate > 0 then
   local ratio = 0.7 * num('uratio', 1) + 0.3 * used / estimate
   redis.call('HSET', S, 'uratio', math.min(10, math.max(0.01, ratio)))
 end
+local function pause_pace(resume)
+  -- a pause earns the pace no tokens: the calls it held back (reserved before it, started
+  -- after it) keep their places in the pace, and the calls after them follow at the rate, so
+  -- a window after a pause gets no burst on top of its paced calls
+  local r = num('s_rate', 0)
+  if r <= 0 or num('s_rate_until', 0) <= now then return end
+  local buckets = {{'tk', 'tl', r}}
+  for _, g in ipairs(redis.call('ZRANGE', G, 0, -1)) do
+    buckets[#buckets + 1] = {'gt:' .. g, 'gl:' .. g, r}
+  end
+  for _, b in ipairs(buckets) do
+    local last = num(b[2], 0)
+    if last > 0 and last < resume then
+      local tokens = math.min(1, num(b[1], 1) + math.max(0, now - last) * b[3])
+      redis.call('HSET', S, b[1], tokens, b[2], resume)
+    end
+  end
+end
 local pause = retry_after
 local known = num('s_learned', 0) == 1 and num('s_rate_until', 0) > now and num('p_good', 0) > 0
 if retry_after > 0 and known then
@@ -193,19 +217,33 @@ if retry_after > 0 and known then
   local left = w - num('p_good', 0) * w / math.max(r, 1e-9)
   pause = math.min(retry_after, math.max(0.02, left) + 0.02)
 end
+local trial_end, trial_refused = num('trial_end', 0), false
+if retry_after > 0 and trial_end > now then
+  if now - latency < num('trial_at', 0) - 0.001 then
+    pause = 0  -- a call of the window that set the trial, refused with it: the trial stands
+  else
+    -- the one call let through at the window's likeliest end was refused: the rest of the pause
+    pause, trial_refused = math.min(pause, trial_end - now), true
+  end
+end
 if retry_after > 0 then
-  redis.call('HSET', S, 'paused', math.max(num('paused', 0), now + pause))
   -- a service that states only Retry-After: its windows end where its 429s say, and the calls
   -- it admitted between two ends are its quota per window (whole seconds: Retry-After is)
   local ends, began = now + retry_after, num('ra_start', 0)
-  if ends > began + 0.5 and now >= began then  -- not a call of the window that just ended
+  -- not a call of the window that just ended, nor the one let through to find its end
+  if ends > began + 0.5 and now >= began and not trial_refused then
     local learned = num('s_learned', 0) == 1 and num('s_rate_until', 0) > now
     if learned then
       -- refused at a probe: back to the highest rate that held a whole window, and probe less
       -- often; refused at a rate that held before (the quota fell): down a twentieth
       local w, r, good, hold = num('ra_w', 1), num('s_rate', 1), num('p_good', 0), num('p_hold', 1)
       if good > 0 and r > good * 1.001 then
-        r, hold = good, math.min(HOLD_MOST, hold * 2)
+        -- a pace that held a whole window paced under a call a window over the quota (a window
+        -- holds at least its pace's whole calls but one), so a call a window less never overruns
+        -- it: what held may have held by where the calls fell in the windows
+        local less = 1 / (w * math.max(0.5, 1 - headroom_of_release))
+        r, hold = math.max(0.9 * good, good - less), math.min(HOLD_MOST, hold * 2)
+        redis.call('HSET', S, 'p_good', r)
       else
         r = r * 0.95
         redis.call('HSET', S, 'p_good', r)
@@ -219,17 +257,32 @@ if retry_after > 0 then
       if before > 0 then
         local w = math.max(1, math.floor((before + ends - began) / 2 + 0.5))
         local q = math.max(1, math.min(num('ra_n', 1), num('ra_q', 1e9)))
-        -- a little under what it admitted: a window's edge may count a call more or less, and
-        -- the probes below find the rest
-        redis.call('HSET', S, 's_rate', 0.97 * q / w, 's_rate_until', now + math.max(600, 2 * w),
+        -- a little under what it admitted (a call, or 3% of a small quota): a window's edge may
+        -- count a call more or less, and the probes below find the rest
+        redis.call('HSET', S, 's_rate', math.max(q - 1, 0.97 * q) / w,
+                   's_rate_until', now + math.max(600, 2 * w),
                    's_learned', 1, 'ra_w', w, 'p_good', 0, 'p_step', STEP_FIRST, 'p_hold', 2,
                    'p_next', ends + 2 * w, 'p_at', ends)
+        -- the window ends within the last second of the whole-second Retry-After: one call is
+        -- let through at its middle, and the rest follow once it is admitted (a refusal of it
+        -- pauses to the Retry-After's end); paced from here on, the time lost to a pause to the
+        -- Retry-After's end would not come back in the next window as it did in a burst
+        if retry_after > 0.5 then
+          pause = retry_after - 0.5
+          redis.call('HSET', S, 'trial_end', now + retry_after + 0.02, 'trial_at', now + pause)
+        end
       else
         redis.call('HSET', S, 'ra_d', ends - began, 'ra_q', num('ra_n', 1))
       end
     end
     redis.call('HSET', S, 'ra_start', ends, 'ra_n', 0)
   end
+  local resume = math.max(num('paused', 0), now + pause)
+  redis.call('HSET', S, 'paused', resume)
+  pause_pace(resume)
+end
+if outcome == 'ok' and trial_end > 0 and now - latency >= num('trial_at', now) - 0.001 then
+  redis.call('HDEL', S, 'trial_end', 'trial_at')  -- let through after the pause: the window turned
 end
 if outcome == 'ok' then
   redis.call('HINCRBY', S, 'ra_n', 1)  -- calls admitted since the window began

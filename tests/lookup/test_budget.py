@@ -332,3 +332,80 @@ def test_a_retry_after_only_quota_that_rises_is_found(service: Any, redis_url: s
             per_window[math.floor(start)] = per_window.get(math.floor(start), 0) + 1
     assert max(per_window.values()) > 24, sorted(per_window.items())
     assert quota.rejected <= 30, quota.rejected  # the cold start, the learning, the probes
+
+
+def test_a_pause_earns_the_pace_no_burst(redis_url: str) -> None:
+    """Calls reserved at a stated pace of 20 a second and held back by a Retry-After pause keep
+    their places in the pace: in the second after the pause the clients start no more calls
+    than the pace allows (a pause that refilled the pace would add the held-back calls on top,
+    and the service would refuse them at the window's end)."""
+    from lookup.budget import CALLS
+    from lookup.quota_headers import ServiceQuota
+
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=40)
+    stated = {CALLS: ServiceQuota(CALLS, remaining=100, reset=5.0, limit=20, window=1.0)}
+
+    async def go() -> tuple[list[float], float]:
+        loop = asyncio.get_running_loop()
+        clients = [budget.connect() for _ in range(6)]
+        starts: list[float] = []
+        try:
+            lease = await clients[0].acquire(1, lookup_key=0, service="s")
+            await clients[0].release(lease, outcome="ok", latency=0.01, quotas=stated)
+
+            async def calls(client: Any, count: int) -> None:
+                for n in range(count):
+                    lease = await client.acquire(1, lookup_key=n, service="s")
+                    starts.append(loop.time())
+                    await client.release(lease, outcome="ok", latency=0.0)
+
+            workers = [loop.create_task(calls(client, 8)) for client in clients[1:]]
+            lease = await clients[0].acquire(1, lookup_key=0, service="s")
+            paused = await clients[0].release(lease, outcome="overload", latency=0.01, retry_after=1.0)
+            resumed = loop.time() + paused
+            await asyncio.wait_for(asyncio.gather(*workers), 30)
+            return starts, resumed
+        finally:
+            for client in clients:
+                await client.aclose()
+
+    starts, resumed = run(go(), bound=60)
+    assert len(starts) == 40
+    after = sorted(at for at in starts if at >= resumed - 0.005)
+    assert after, starts
+    in_the_second = [at for at in after if at < after[0] + 1.0]
+    # 20 a second less the 2% headroom; the first at once: at most 20 in any second
+    assert len(in_the_second) <= 20, [round(at - resumed, 3) for at in after]
+
+
+def test_once_a_retry_after_quota_is_learned_one_call_finds_the_windows_end(redis_url: str) -> None:
+    """The refusal that completes the learning of a Retry-After-only quota pauses to the middle
+    of the Retry-After's last second, not its end; then one call goes first, and the others
+    follow once it is admitted (a refusal of it would pause to the Retry-After's end)."""
+    budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=40)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        first, second = budget.connect(), budget.connect()
+        try:
+            pause = 0.0
+            for window in range(3):  # three windows' ends: two lengths, averaged, teach it
+                for n in range(20):
+                    await first.release(f"{budget.group}|ok{window}-{n}", outcome="ok", latency=0.01)
+                refused = f"{budget.group}|no{window}"
+                pause = await first.release(refused, outcome="overload", latency=0.01, retry_after=1.0)
+                if window < 2:
+                    assert pause > 0.9, pause  # not learned yet: the whole Retry-After
+                    await asyncio.sleep(pause)  # the next window, as the service's clock runs
+            assert 0.4 < pause < 0.6, pause
+            lease = await asyncio.wait_for(first.acquire(1, lookup_key=1, service="s"), 5)
+            other = loop.create_task(second.acquire(1, lookup_key=2, service="s"))
+            done, _ = await asyncio.wait({other}, timeout=0.2)
+            assert not done, "a second call started before the first was admitted"
+            await first.release(lease, outcome="ok", latency=0.02)
+            await first.release(await asyncio.wait_for(other, 5), outcome="ok", latency=0.02)
+        finally:
+            await first.aclose()
+            await second.aclose()
+
+    run(go(), bound=30)
