@@ -247,11 +247,11 @@ def main() -> None:
 
 
 def spark_version() -> str | None:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("pyspark")
-    except Exception:  # a run without Spark's jobs says so by None
+    except PackageNotFoundError:  # a run without Spark's jobs says so by None
         return None
 
 

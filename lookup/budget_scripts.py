@@ -194,15 +194,16 @@ local function pause_pace(resume)
   -- a window after a pause gets no burst on top of its paced calls
   local r = num('s_rate', 0)
   if r <= 0 or num('s_rate_until', 0) <= now then return end
-  local buckets = {{'tk', 'tl', r}}
+  local buckets = {{'tk', 'tl'}}  -- the job's, and each group's share of it
   for _, g in ipairs(redis.call('ZRANGE', G, 0, -1)) do
-    buckets[#buckets + 1] = {'gt:' .. g, 'gl:' .. g, r}
+    buckets[#buckets + 1] = {'gt:' .. g, 'gl:' .. g}
   end
   for _, b in ipairs(buckets) do
-    local last = num(b[2], 0)
+    local tokens_field, last_field = b[1], b[2]
+    local last = num(last_field, 0)
     if last > 0 and last < resume then
-      local tokens = math.min(1, num(b[1], 1) + math.max(0, now - last) * b[3])
-      redis.call('HSET', S, b[1], tokens, b[2], resume)
+      local tokens = math.min(1, num(tokens_field, 1) + math.max(0, now - last) * r)
+      redis.call('HSET', S, tokens_field, tokens, last_field, resume)
     end
   end
 end
@@ -281,10 +282,10 @@ if retry_after > 0 then
   redis.call('HSET', S, 'paused', resume)
   pause_pace(resume)
 end
-if outcome == 'ok' and trial_end > 0 and now - latency >= num('trial_at', now) - 0.001 then
-  redis.call('HDEL', S, 'trial_end', 'trial_at')  -- let through after the pause: the window turned
-end
 if outcome == 'ok' then
+  if trial_end > 0 and now - latency >= num('trial_at', now) - 0.001 then
+    redis.call('HDEL', S, 'trial_end', 'trial_at')  -- let through after the pause: the window turned
+  end
   redis.call('HINCRBY', S, 'ra_n', 1)  -- calls admitted since the window began
   if num('s_learned', 0) == 1 and num('s_rate_until', 0) > now and num('paused', 0) <= now then
     -- a learned quota is probed upward (as TCP finds a path's rate): each whole window at the

@@ -25,6 +25,7 @@ from keyed_async_wait.app.quota import Quota
 from keyed_async_wait.core.exceptions import ConfigError
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import Budget, Cost, Field, HttpLookup, HttpWrite, Limits, ServiceUnavailableError
+from lookup.quota_headers import CALLS, ServiceQuota
 
 from ..core.helpers import run
 from .loops import in_threads
@@ -339,9 +340,6 @@ def test_a_pause_earns_the_pace_no_burst(redis_url: str) -> None:
     their places in the pace: in the second after the pause the clients start no more calls
     than the pace allows (a pause that refilled the pace would add the held-back calls on top,
     and the service would refuse them at the window's end)."""
-    from lookup.budget import CALLS
-    from lookup.quota_headers import ServiceQuota
-
     budget = Budget(redis_url, f"t{uuid.uuid4().hex[:8]}", in_flight=40)
     stated = {CALLS: ServiceQuota(CALLS, remaining=100, reset=5.0, limit=20, window=1.0)}
 
