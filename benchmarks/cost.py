@@ -5,10 +5,12 @@
 
 Against nginx's echo service (``cheap_service.py``, 20 ms), N rows over 2,000 keys, each job
 keeps IN_FLIGHT requests in flight: ``key_ordered_wait`` and a hand-written ``mapInArrow`` with
-aiohttp in Spark (``local[2]``), Ray Data's async actors and Daft's async UDF (``--peers``: each
-in a virtual environment of its own, made on first use under ~/.cache/keyed-async-wait/peers;
-neither is a dependency of the library). Every job checks its rows against their keys. Two
-figures per job, both the CPU of the whole process tree (``peers/proc_tree.py``):
+aiohttp in Spark (``local[2]``), each with the JVM's defaults and with the options of a short
+job (``SHORT_JOB_JAVA_OPTIONS``: the client compiler alone, the serial collector), Ray Data's
+async actors and Daft's async UDF (``--peers``: each in a virtual environment of its own, made
+on first use under ~/.cache/keyed-async-wait/peers; neither is a dependency of the library).
+Every job checks its rows against their keys. Two figures per job, both the CPU of the whole
+process tree (``peers/proc_tree.py``):
 
 - *whole process*: from the job's process start to its end, start-up included (the JVM, Ray's
   services, the workers' imports), over its K runs' rows: what a user's bill follows. Sampled
@@ -38,6 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
 import proc_tree
 from cheap_service import nginx_echo
 from spark_throughput import physical_limit
+
+from keyed_async_wait.app.spark_session import SHORT_JOB_JAVA_OPTIONS
 
 MACHINE = "2 cores, 24 GiB of memory, shared with other work"
 
@@ -139,9 +143,12 @@ def run_job(argv: list[str], rows: int) -> dict[str, Any]:
 def jobs(url: str, rows: int, in_flight: int, peers: list[str], runs: int) -> dict[str, list[str]]:
     common = [url, str(rows), str(in_flight), "--runs", str(runs)]
     spark = [sys.executable, str(PEERS / "spark_job.py")]
+    short = ["--java-options", SHORT_JOB_JAVA_OPTIONS]
     out = {
         "key_ordered_wait": [*spark, *common[:3], "ours", *common[3:]],
+        "key_ordered_wait, short-job JVM": [*spark, *common[:3], "ours", *common[3:], *short],
         "hand-written mapInArrow + aiohttp": [*spark, *common[:3], "hand", *common[3:]],
+        "hand-written, short-job JVM": [*spark, *common[:3], "hand", *common[3:], *short],
     }
     for peer in peers:
         label = {"ray": "Ray Data, async actors", "daft": "Daft, async UDF"}[peer]
@@ -155,6 +162,10 @@ LABELS = {
     "Ray Data, async actors": "Ray Data, async actors",
     "Daft, async UDF": "Daft, async UDF",
 }
+SHORT_JOB = {  # a Spark job with a short job's JVM: a column of its base job's row
+    "key_ordered_wait, short-job JVM": "key_ordered_wait",
+    "hand-written, short-job JVM": "hand-written mapInArrow + aiohttp",
+}
 
 
 def scenario(figures: dict[str, Any], argv: list[str]) -> dict[str, Any]:
@@ -163,6 +174,11 @@ def scenario(figures: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     for name, got in figures["jobs"].items():
         label, in_flight = name.rsplit(", ", 1)
         limit = figures["wrk"].get(in_flight)
+        rate = f"{got['rows_per_s']:,.0f}" + (f" ({got['rows_per_s'] / limit:.2f})" if limit else "")
+        if label in SHORT_JOB:
+            cells = by_job.setdefault(LABELS[SHORT_JOB[label]], [[], [], [], []])
+            cells[2].append(f"{got['whole_us']:.0f} at {rate}")
+            continue
         parts = got["run_parts_us"]
         warm = "-"  # Ray's actors of one run end in the next: a run's own CPU is not measurable
         if "workers" in parts:  # Spark's processes live through every run
@@ -170,11 +186,12 @@ def scenario(figures: dict[str, Any], argv: list[str]) -> dict[str, Any]:
             warm = f"{got['run_us']:.0f} = {split}"
         elif set(parts) == {"driver"}:  # Daft's local runner: one process
             warm = f"{got['run_us']:.0f}"
-        rate = f"{got['rows_per_s']:,.0f}" + (f" ({got['rows_per_s'] / limit:.2f})" if limit else "")
-        cells = by_job.setdefault(LABELS.get(label, label), [[], [], []])
-        for cell, value in zip(cells, (rate, f"{got['whole_us']:.0f}", warm), strict=True):
+        cells = by_job.setdefault(LABELS.get(label, label), [[], [], [], []])
+        for cell, value in zip(
+            (cells[0], cells[1], cells[3]), (rate, f"{got['whole_us']:.0f}", warm), strict=True
+        ):
             cell.append(value)
-    rows = [[label, *(" / ".join(values) for values in cells)] for label, cells in by_job.items()]
+    rows = [[label, *(" / ".join(values) or "-" for values in cells)] for label, cells in by_job.items()]
     counts = " / ".join(figures["wrk"]) or "-"
     limits = " / ".join(f"{limit:,.0f}" for limit in figures["wrk"].values()) or "-"
     return {
@@ -184,7 +201,9 @@ def scenario(figures: dict[str, Any], argv: list[str]) -> dict[str, Any]:
             f"{figures['rows']:,} rows over 2,000 keys, a GET per row answered in 20 ms by nginx (as above), "
             "the same number of requests in flight in every job; each job in a fresh process that runs it "
             f"{figures['runs']} times, every row checked against its key; Ray Data and Daft in virtual "
-            "environments of their own (neither is a dependency). CPU per row of the whole process tree, "
+            "environments of their own (neither is a dependency); Spark's JVM with its defaults, and "
+            f"as a short job starts it (`spark.driver.extraJavaOptions={SHORT_JOB_JAVA_OPTIONS}`: the "
+            "client compiler alone, the serial collector). CPU per row of the whole process tree, "
             "read from /proc: over the whole process (start-up of the JVM, of Ray's services and of the "
             "workers included, shared by its runs: what a bill follows), and over the last run alone "
             "(the workers already up; Spark's by process: Python workers + JVM + driver; Daft runs in one "
@@ -195,6 +214,7 @@ def scenario(figures: dict[str, Any], argv: list[str]) -> dict[str, Any]:
             "job",
             f"rows/s at {counts} in flight (of `wrk`'s {limits} requests/s)",
             "CPU per row, whole process, us",
+            "the same with a short-job JVM, us (at rows/s)",
             "CPU per row, last run, us: workers + JVM + driver",
         ],
         "rows": rows,

@@ -1,6 +1,7 @@
 """One Spark job for ``benchmarks/cost.py``, in a process of its own: ours or hand-written.
 
     python benchmarks/peers/spark_job.py URL ROWS IN_FLIGHT {ours|hand} [--runs K]
+                                         [--java-options OPTIONS]
 
 ``local[2]``, ROWS rows over 2,000 keys, a GET per row to ``URL/users/{user_id}``, IN_FLIGHT
 requests at most across the job's two tasks (IN_FLIGHT / 2 per task): ``ours`` is
@@ -10,7 +11,9 @@ is checked in the same pass (a count, and a count of the rows whose name is the 
 their key). The job runs K times in one session: the first on fresh Python workers, as a job
 that starts its own session does, the others on the workers the first left.
 Prints a JSON line per run: rows/s, and the CPU seconds of the whole process tree over the run
-by part (Spark's Python workers, its JVM, this driver), read from /proc.
+by part (Spark's Python workers, its JVM, this driver), read from /proc. ``--java-options``:
+the JVM's options (``spark.driver.extraJavaOptions``; the JVM's defaults without it), as
+``SHORT_JOB_JAVA_OPTIONS`` for a short job.
 """
 
 from __future__ import annotations
@@ -106,12 +109,19 @@ def checked_run(spark: SparkSession, url: str, rows: int, in_flight: int, kind: 
     return {"rows": rows, "rows_per_s": rows / wall, "cpu_s": cpu}
 
 
+def flag(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
 def main() -> None:
     url, rows, in_flight, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 1
+    runs = int(flag("--runs") or 1)
     proc_tree.adopt_orphans()
+    builder = SparkSession.builder
+    if flag("--java-options"):
+        builder = builder.config("spark.driver.extraJavaOptions", flag("--java-options"))
     spark = (
-        SparkSession.builder.master(f"local[{TASKS}]")
+        builder.master(f"local[{TASKS}]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(TASKS))
