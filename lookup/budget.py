@@ -36,7 +36,6 @@ from .budget_scripts import ACQUIRE, PAUSED, RELEASE, RENEW
 from .exceptions import ServiceUnavailableError
 from .quota_headers import CALLS, UNITS, ServiceQuota
 from .redis_connect import RedisClient, RedisConnection
-from .redis_errors import gate_error
 
 __all__ = ["Budget", "BudgetClient", "BudgetStats", "Cost"]
 
@@ -349,6 +348,8 @@ class BudgetClient:
                     script = self._scripts[name] = client.register_script(source)
                 return await script(keys=self.budget.keys, args=args)
         except Exception as exc:
+            from .redis_errors import gate_error  # here: redis-py is imported only where it is used
+
             error = gate_error(
                 exc, f"the budget {self.budget.name!r}", self.budget.connection.shown, lookup_key, service
             )

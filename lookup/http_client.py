@@ -16,10 +16,8 @@ import re
 import ssl
 import sys
 import urllib.parse
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import yarl
 
 from .exceptions import (
@@ -32,15 +30,13 @@ from .exceptions import (
     ServiceUnavailableError,
 )
 from .http_lean import WireError
-from .http_options import ClientOptions, tls_context
+from .http_options import ClientOptions
 from .http_wire import Answer, Transport
-from .parts import suspend
 from .secrets import Redactor, redact_url
 
 __all__ = [
     "HTTP_CLIENTS",
     "MAX_REDIRECTS",
-    "AiohttpTransport",
     "Answer",
     "http_client_setting",
     "make_transport",
@@ -83,105 +79,12 @@ def make_transport(
     setting = http_client_setting()
     proxy = options.proxy_for(url)
     if setting == "aiohttp" or method == "HEAD" or proxy is not None:
+        from .http_aiohttp import AiohttpTransport
+
         return AiohttpTransport(max_connections, request_timeout, options, watch_resends=watch_resends)
     from .http_lean import LeanTransport
 
     return LeanTransport(max_connections, request_timeout, options)
-
-
-class AiohttpTransport:
-    """One request through an aiohttp session (redirects not followed: the caller does),
-    through the proxy that :meth:`ClientOptions.proxy_for` names for its origin: an explicit
-    ``proxy=``, else the environment's (``NO_PROXY`` honoured).
-
-    The proxy is looked up once per origin here rather than by aiohttp's ``trust_env``, which
-    looks it up (and reads ``~/.netrc``) in a thread for every request: 2.5x the CPU per
-    request (``./run bench http_clients``). ``~/.netrc`` is not read: credentials go only
-    where the lookup's options send them."""
-
-    def __init__(
-        self,
-        max_connections: int,
-        request_timeout: float,
-        options: ClientOptions,
-        *,
-        watch_resends: bool = False,
-    ) -> None:
-        # aiohttp resends an idempotent request itself when its kept-alive connection closes
-        # before the answer; a trace counting the sendings tells (a write's outcome needs it)
-        self._watch_resends = watch_resends
-        traces = [_sendings_counted()] if watch_resends else []
-        self.session = make_session(max_connections, request_timeout, options, traces)
-        self._options = options
-        self._proxies: dict[tuple[str, str | None, int | None], str | None] = {}
-
-    def _proxy_for(self, url: yarl.URL) -> str | None:
-        origin = (url.scheme, url.host, url.port)
-        if origin not in self._proxies:
-            proxy = self._options.proxy_for(str(url.origin()))
-            self._proxies[origin] = proxy.reveal() if proxy is not None else None
-        return self._proxies[origin]
-
-    async def request(
-        self,
-        method: str,
-        url: yarl.URL,
-        params: list[tuple[str, str]] | None,
-        headers: Mapping[str, str] | None,
-        data: Any,
-    ) -> Answer:
-        await suspend()  # may be started outside a task: aiohttp's timeouts need the caller's
-        proxy = self._proxy_for(url)
-        sendings = {"count": 0} if self._watch_resends else None
-        async with self.session.request(
-            method,
-            url,
-            params=params,
-            headers=headers or None,
-            data=data,
-            allow_redirects=False,
-            proxy=proxy,
-            trace_request_ctx=sendings,
-        ) as response:
-            resent = sendings is not None and sendings["count"] > 1
-            return Answer(response.status, response.headers, await response.read(), resent)
-
-    async def aclose(self) -> None:
-        await self.session.close()
-
-
-def _sendings_counted() -> aiohttp.TraceConfig:
-    """A trace that counts a request's sendings in the dict given as its ``trace_request_ctx``."""
-
-    async def sent(_session: Any, context: Any, _params: Any) -> None:
-        if isinstance(context.trace_request_ctx, dict):
-            context.trace_request_ctx["count"] += 1
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(sent)
-    return trace
-
-
-def make_session(
-    max_connections: int,
-    request_timeout: float,
-    options: ClientOptions,
-    traces: Sequence[aiohttp.TraceConfig] = (),
-) -> aiohttp.ClientSession:
-    """A session of the running loop: TLS verified (the system's CAs plus ``ca_file``, the
-    client certificate for mTLS), no cookie jar; proxies are the transport's to give."""
-    # aiohttp's default of 100 connections would silently cap concurrency
-    connector = aiohttp.TCPConnector(
-        limit=max_connections, limit_per_host=0, ttl_dns_cache=300, ssl=tls_context(options)
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=request_timeout),
-        raise_for_status=False,
-        trust_env=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trace_configs=list(traces) or None,
-    )
 
 
 # URLs kept parsed per worker process: a key's URL repeats with each of its records, and
@@ -241,16 +144,17 @@ async def send(
     except TimeoutError as exc:  # aiohttp's ServerTimeoutError and the total timeout
         error: Exception = LookupTimeoutError(f"no answer within {request_timeout:g} s", **said)
         raise error from _cause(error, exc, redactor)
-    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError, ssl.SSLError) as exc:
+    except _aiohttp_errors("ClientConnectorCertificateError", "ClientSSLError", also=(ssl.SSLError,)) as exc:
         message = f"TLS certificate not trusted ({type(exc).__name__}: {exc}); give ca_file= for a private CA"
         error = CertificateError(redactor.redact(message), **said)
         raise error from _cause(error, exc, redactor)
-    except aiohttp.ClientHttpProxyError as exc:  # the proxy answered CONNECT with an error
-        error = _proxy_refused(exc.status, **said) or ServiceUnavailableError(
-            redactor.redact(f"the proxy answered {exc.status}: {exc.message}"), **said
+    except _aiohttp_errors("ClientHttpProxyError") as exc:  # the proxy answered CONNECT with an error
+        status, message = getattr(exc, "status", None), getattr(exc, "message", "")
+        error = _proxy_refused(status, **said) or ServiceUnavailableError(
+            redactor.redact(f"the proxy answered {status}: {message}"), **said
         )
         raise error from _cause(error, exc, redactor)
-    except (aiohttp.ClientError, OSError) as exc:  # OSError: refused, reset, the lean client's WireError
+    except _aiohttp_errors("ClientError", also=(OSError,)) as exc:  # OSError: refused, reset, WireError
         error = ServiceUnavailableError(redactor.redact(_what(exc)), **said)
         raise error from _cause(error, exc, redactor)
     except ValueError as exc:  # a URL that cannot be sent (a bad port, a bad host)
@@ -285,6 +189,16 @@ async def _follow(
         answer = await transport.request(method, target, params, headers, data)
     location = answer.headers.get("Location") if answer.status in _REDIRECTS else None
     return None if location else answer
+
+
+def _aiohttp_errors(
+    *names: str, also: tuple[type[BaseException], ...] = ()
+) -> tuple[type[BaseException], ...]:
+    """``also`` and aiohttp's exception classes of these names; none of aiohttp's when this
+    process never imported it (then none of its errors can be raised). aiohttp is imported only
+    where its client is used (:mod:`.http_aiohttp`): the lean client's workers never pay for it."""
+    aiohttp = sys.modules.get("aiohttp")
+    return also if aiohttp is None else also + tuple(getattr(aiohttp, name) for name in names)
 
 
 def _from_proxy(answer: Answer) -> bool:

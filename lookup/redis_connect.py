@@ -27,15 +27,10 @@ import urllib.parse
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
 from .exceptions import LookupOptionError
-from .redis_errors import said
-from .redis_packing import hiredis_packing
 from .secrets import redact_url
 
-__all__ = ["BlockingCluster", "RedisClient", "RedisConnection"]
+__all__ = ["RedisClient", "RedisConnection"]
 
 SCHEMES = ("redis", "rediss", "unix", "redis-sentinel", "rediss-sentinel")
 URL_OPTIONS = ("db",)  # what a URL's query may say; everything else is an option of the connection
@@ -198,7 +193,7 @@ class RedisConnection:
 
     # ------------------------------------------------------------------ clients
 
-    def _options(self, pool: bool = True) -> dict[str, Any]:
+    def client_options(self, pool: bool = True) -> dict[str, Any]:
         password = os.environ.get(self.password_env) if self.password_env else None
         options: dict[str, Any] = {
             "socket_timeout": self.socket_timeout,
@@ -217,26 +212,10 @@ class RedisConnection:
             options["password"] = password
         return options
 
-    def _standalone(self) -> aioredis.Redis:
-        # a blocking pool: with more calls in flight than max_connections, a call waits for a
-        # connection (the operator's timeout bounds it) instead of failing "Too many connections"
-        pool = aioredis.BlockingConnectionPool.from_url(self.url, timeout=None, **self._options())
-        pool.connection_class = hiredis_packing(pool.connection_class)  # the class the URL asks for
-        return aioredis.Redis.from_pool(pool)
-
-    def _cluster(self) -> Any:
-        options = self._options()
-        options.pop("db", None)
-        options.update(_replica_reads(self.read_from_replicas))
-        # the gate (RedisClient.held) bounds calls; connections being closed after a failover
-        # still count against a node's limit a moment, hence the slack
-        options["max_connections"] = 2 * self.max_connections
-        return aioredis.RedisCluster.from_url(self.url, **options)
-
-    def _sentinel_kwargs(self) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
+    def sentinel_kwargs(self) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
         addresses, service, db = _sentinel_parts(self.url)
         parts = urllib.parse.urlsplit(self.url)
-        data = self._options(pool=False)
+        data = self.client_options(pool=False)
         if db is not None:
             data.setdefault("db", db)
         if parts.username:
@@ -251,96 +230,18 @@ class RedisConnection:
                     watchers[name] = data[name]
         return addresses, service, data, watchers
 
-    def _sentinel_client(self) -> aioredis.Redis:
-        from redis.asyncio.sentinel import Sentinel
-
-        addresses, service, data, watchers = self._sentinel_kwargs()
-        sentinel = Sentinel(addresses, sentinel_kwargs=watchers, **data)
-        client = sentinel.master_for(service, redis_class=_WithSentinels)
-        client.sentinels = list(sentinel.sentinels)
-        return client
-
     async def open(self) -> tuple[Any, bool]:
         """A client of the running loop, and whether it is a cluster's (asked of the node when
-        ``cluster`` is None: :func:`_mode_is_cluster`)."""
-        if self.sentinel:
-            return self._sentinel_client(), False
-        if self.cluster:
-            return await _initialized(self._cluster()), True
-        client = self._standalone()
-        if self.cluster is False or self.url.lower().startswith("unix://"):
-            return client, False
-        try:
-            try:
-                enabled = _mode_is_cluster(await client.execute_command("HELLO"))
-            except redis.exceptions.ResponseError as refused:  # Redis < 6.2, or HELLO renamed away
-                try:
-                    enabled = _info_is_cluster(await client.info("cluster"))
-                except redis.exceptions.ResponseError:
-                    raise _no_discovery(refused, self) from None
-        except BaseException:
-            await client.aclose()
-            raise
-        if not enabled:
-            return client, False
-        await client.aclose()
-        return await _initialized(self._cluster()), True
+        ``cluster`` is None)."""
+        from .redis_clients import open_client
+
+        return await open_client(self)
 
     def sync_client(self) -> Any:
         """A blocking client (the driver's and the intake's few calls), on the same topology."""
-        if self.sentinel:
-            addresses, service, data, watchers = self._sentinel_kwargs()
-            return redis.sentinel.Sentinel(addresses, sentinel_kwargs=watchers, **data).master_for(service)
-        options = self._options()
-        if self.cluster is not False and not self.url.lower().startswith("unix://"):
-            if self.cluster:
-                options.pop("db", None)
-                return BlockingCluster.from_url(self.url, **options)
-            client = redis.Redis.from_url(self.url, **options)
-            try:
-                enabled = _mode_is_cluster(client.execute_command("HELLO"))
-            except redis.exceptions.ResponseError as refused:
-                try:
-                    enabled = _info_is_cluster(client.info("cluster"))
-                except redis.exceptions.ResponseError:
-                    client.close()
-                    raise _no_discovery(refused, self) from None
-            if enabled:
-                client.close()
-                options.pop("db", None)
-                return BlockingCluster.from_url(self.url, **options)
-            return client
-        return redis.Redis.from_url(self.url, **options)
+        from .redis_clients import sync_client
 
-
-class BlockingCluster(redis.RedisCluster):
-    """redis-py's blocking cluster client, whose :meth:`close` also closes the connections its
-    nodes opened: redis-py's closes each node's client but not the node's connection pool (it
-    was handed one), so their sockets stayed open until collected."""
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            manager = getattr(self, "nodes_manager", None)  # None: __init__ failed before it
-            held = [] if manager is None else [manager.nodes_cache, manager.startup_nodes]
-            for node in [node for nodes in held for node in nodes.values()]:
-                if node.redis_connection is not None:
-                    node.redis_connection.connection_pool.disconnect()
-
-
-class _WithSentinels(aioredis.Redis):
-    """A Sentinel service's master client that closes the sentinels' clients with its own
-    (redis-py leaves them open)."""
-
-    sentinels: list[Any] = []
-
-    async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        try:
-            await super().aclose(close_connection_pool)
-        finally:
-            for watcher in self.sentinels:
-                await watcher.aclose()
+        return sync_client(self)
 
 
 class RedisClient:
@@ -410,52 +311,6 @@ class _Held:
     async def __aexit__(self, *exc: object) -> None:
         if self._gate is not None:
             self._gate.release()
-
-
-def _mode_is_cluster(reply: Any) -> bool:
-    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) says ``mode: cluster``
-    (asked without a protocol version, so the connection's own protocol is kept).
-    Redis lets every user that may log in run HELLO (as AUTH: no ACL rule refuses it), so a
-    least-privilege user (``+get +mget +@connection``) learns the topology without ``INFO``;
-    only a Redis before 6 (no HELLO) or one with HELLO renamed away is asked ``INFO``."""
-    fields = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
-    mode = fields.get(b"mode", fields.get("mode"))
-    return mode in (b"cluster", "cluster")
-
-
-def _info_is_cluster(info: Any) -> bool:
-    return bool(int(info.get("cluster_enabled", 0)))
-
-
-def _no_discovery(refused: BaseException, connection: RedisConnection) -> BaseException:
-    return redis.exceptions.NoPermissionError(
-        f"the Redis user may run neither HELLO nor INFO, so whether {connection.shown} is a "
-        f"Redis Cluster cannot be asked ({said(refused)}); allow +info (or HELLO, Redis 6 and later), "
-        "or say it with cluster=True or cluster=False"
-    )
-
-
-async def _initialized(client: Any) -> Any:
-    """A cluster client that has read the slots: redis-py lets the first calls made together
-    race its lazy start (a connection of one used by another), so it starts before any call."""
-    try:
-        await client.initialize()
-    except BaseException:
-        await client.aclose()
-        raise
-    return client
-
-
-def _replica_reads(wanted: bool) -> dict[str, Any]:
-    """The cluster client's option for reads spread over masters and replicas (redis-py 5.3
-    named it ``load_balancing_strategy``; before, ``read_from_replicas``)."""
-    if not wanted:
-        return {}
-    try:
-        from redis.cluster import LoadBalancingStrategy
-    except ImportError:  # redis-py < 5.3
-        return {"read_from_replicas": True}
-    return {"load_balancing_strategy": LoadBalancingStrategy.ROUND_ROBIN}
 
 
 def _url_db(url: str) -> int | None:

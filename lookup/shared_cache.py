@@ -42,13 +42,15 @@ import logging
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .claim_waits import Waits, decoded
 from .redis_connect import RedisClient, RedisConnection
-from .redis_nodes import Routed, mget_by_slot, pipelined, raising, usable
+
+if TYPE_CHECKING:
+    from .redis_nodes import Routed
 
 __all__ = ["SharedCache", "SharedCacheClient", "SharedCacheStats"]
 
@@ -191,6 +193,8 @@ class SharedCacheClient:
 
     async def _mget(self, names: list[str]) -> list[Any]:
         """MGET (on a cluster one per slot, each master's sent at once)."""
+        from .redis_nodes import mget_by_slot, raising, usable  # redis-py: imported where used
+
         connection = self.cache.connection
         async with self._client.held() as client:
             if not self._client.cluster:
@@ -200,6 +204,8 @@ class SharedCacheClient:
             return list(await client.mget_nonatomic(names))
 
     async def _pipelined(self, routed: Sequence[Routed], *, resend_lost: bool) -> list[Any]:
+        from .redis_nodes import pipelined
+
         connection = self.cache.connection
         async with self._client.held() as client:
             return await pipelined(

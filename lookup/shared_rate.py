@@ -21,7 +21,6 @@ from typing import Any
 from keyed_async_wait.core.exceptions import ConfigError
 
 from .redis_connect import RedisConnection
-from .redis_errors import gate_error
 
 __all__ = ["SharedRate"]
 
@@ -91,6 +90,8 @@ class SharedBuckets:
                     self._script = client.register_script(_RESERVE)
                 wait = await self._script(keys=[f"kaw:{kind}:{self.shared.name}"], args=[rate, burst, n])
         except Exception as exc:
+            from .redis_errors import gate_error  # here: redis-py is imported only where it is used
+
             error = gate_error(
                 exc,
                 f"the shared rate budget {self.shared.name!r}",

@@ -24,7 +24,7 @@ import trustme
 
 from keyed_async_wait.app.embedded import redis_process, redis_server_binary
 from keyed_async_wait.app.service import free_port
-from lookup.redis_connect import BlockingCluster
+from lookup.redis_clients import BlockingCluster
 
 from .processes import run_bounded
 

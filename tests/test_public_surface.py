@@ -111,3 +111,54 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         _ = keyed_async_wait.nope  # type: ignore[attr-defined]
     with pytest.raises(AttributeError, match="nope"):
         _ = sql_ext.nope
+    with pytest.raises(AttributeError, match="nope"):
+        _ = lookup.nope
+
+
+def test_every_lookup_name_is_listed_where_dir_and_star_imports_see_it() -> None:
+    assert set(lookup.__all__) <= set(dir(lookup))
+    scope: dict[str, object] = {}
+    exec("from lookup import *", scope)  # the import a user may write
+    assert set(lookup.__all__) <= set(scope)
+
+
+# what a Spark worker does with an HttpLookup: unpickle it, build the task's function, send one
+# request through the lean client (to a port where nothing listens), then list the clients loaded
+_WORKER = """
+import asyncio, pickle, sys
+lookup = pickle.loads(sys.stdin.buffer.read())
+import keyed_async_wait.spark.task
+async def once():
+    try:
+        await lookup.invoke({"user_id": 1})
+    except Exception as exc:
+        print(type(exc).__name__)
+    finally:
+        await lookup.aclose()
+asyncio.run(once())
+print(sorted(m for m in ("aiohttp", "redis") if m in sys.modules))
+"""
+
+
+def test_a_worker_of_an_http_lookup_imports_neither_aiohttp_nor_redis() -> None:
+    """A worker process pays for importing aiohttp and redis-py (about 0.3 CPU s) only when
+    it uses them: the lean client needs neither, nor does a refused connection's error."""
+    import pickle
+    import subprocess
+    import sys
+
+    from lookup import Field, HttpLookup
+
+    refused = HttpLookup("http://127.0.0.1:9/users/{user_id}", fields=[Field("name")])
+    shown = (
+        subprocess.run(
+            [sys.executable, "-c", _WORKER],
+            input=pickle.dumps(refused),
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        .stdout.decode()
+        .split()
+    )
+    assert shown == ["ServiceUnavailableError", "[]"]

@@ -21,7 +21,8 @@ from lookup import (
     RateLimitedError,
     ServiceUnavailableError,
 )
-from lookup.http_client import AiohttpTransport, make_transport
+from lookup.http_aiohttp import AiohttpTransport
+from lookup.http_client import make_transport
 from lookup.http_lean import LeanTransport
 from lookup.http_options import ClientOptions
 
