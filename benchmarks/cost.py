@@ -140,6 +140,9 @@ def run_job(argv: list[str], rows: int) -> dict[str, Any]:
     }
 
 
+PEER_LABELS = {"ray": "Ray Data, async actors", "daft": "Daft, async UDF"}
+
+
 def jobs(url: str, rows: int, in_flight: int, peers: list[str], runs: int) -> dict[str, list[str]]:
     common = [url, str(rows), str(in_flight), "--runs", str(runs)]
     spark = [sys.executable, str(PEERS / "spark_job.py")]
@@ -151,12 +154,8 @@ def jobs(url: str, rows: int, in_flight: int, peers: list[str], runs: int) -> di
         "hand-written, short-job JVM": [*spark, *common[:3], "hand", *common[3:], *short],
     }
     for peer in peers:
-        label = {"ray": "Ray Data, async actors", "daft": "Daft, async UDF"}[peer]
-        out[label] = [peer_python(peer), str(PEERS / f"{peer}_job.py"), *common]
+        out[PEER_LABELS[peer]] = [peer_python(peer), str(PEERS / f"{peer}_job.py"), *common]
     return out
-
-
-PEER_LABELS = ("Ray Data, async actors", "Daft, async UDF")
 
 
 def last_line(exc: BaseException) -> str:
@@ -272,11 +271,12 @@ def main() -> None:
                 try:
                     got = run_job(argv, args.rows)
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    if label not in PEER_LABELS:
+                    if label not in PEER_LABELS.values():
                         raise  # a Spark job of ours or the hand-written one: a bug to look at
                     # a peer that fails (a time-out under load) is shown as failed; the sitting goes on
-                    figures["jobs"][f"{label}, {in_flight}"] = {"failed": last_line(exc)}
-                    print(f"  {label:<36} failed: {last_line(exc)}", flush=True)
+                    failed = last_line(exc)
+                    figures["jobs"][f"{label}, {in_flight}"] = {"failed": failed}
+                    print(f"  {label:<36} failed: {failed}", flush=True)
                     continue
                 figures["jobs"][f"{label}, {in_flight}"] = got
                 of_wrk = f"{got['rows_per_s'] / limit:.2f} of wrk" if limit else ""
