@@ -42,6 +42,7 @@ from keyed_async_wait.core.deadlines import Deadlines
 
 from .http_connect import Resolver, open_socket
 from .http_options import ClientOptions, tls_context
+from .http_slots import Slots
 from .http_wire import Answer, RawHeaders
 from .parts import suspend
 
@@ -310,7 +311,7 @@ class LeanTransport:
         self._resolver = Resolver()
         self._timeout = request_timeout
         self._options = options or ClientOptions()
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = Slots(max_connections)
         # idle connections per origin, each with the loop time it became idle
         self._idle: dict[tuple[str, str, int], list[tuple[float, _Connection]]] = {}
         self._open = 0
@@ -341,11 +342,11 @@ class LeanTransport:
             raise WireError(f"cannot send to a {url.scheme or 'relative'} URL")
         origin = (url.scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         timeout = self._timeout
-        conn = None if self._slots.locked() else self._idle_connection(origin)
+        conn = self._idle_connection(origin) if self._slots.free else None
         resent = False  # a first sending's kept-alive connection closed before any answer
         if conn is not None:  # the common case: nothing to wait for but the answer
             started = self._loop.time()
-            await self._slots.acquire()  # a free slot: taken without suspending
+            self._slots.take_now()  # a free slot: nobody waits for it
             try:
                 return await self._use(conn, origin, request, started + timeout)
             except _Stale:
@@ -353,7 +354,7 @@ class LeanTransport:
                     raise
                 resent = True
             finally:
-                self._slots.release()
+                self._slots.give()
             timeout -= self._loop.time() - started
         await suspend()  # what follows may wait: inside the caller's task, as asyncio's timeout needs
         async with _deadline(timeout), self._slots:
