@@ -12,6 +12,10 @@ Invariants:
   (it then gives it to the next).
 - ``free > 0`` only while nobody waits: a slot given back goes to the first waiter still
   waiting, so a newcomer's ``take_now`` never overtakes the line (first come, first served).
+
+What it does not do: check that every ``give`` matches a ``take`` (as ``asyncio.Semaphore``,
+unlike ``BoundedSemaphore``: the client gives back only what it took, in a ``finally``), or
+serve more than one event loop.
 """
 
 from __future__ import annotations
