@@ -46,8 +46,7 @@ class Slots:
 
     async def take(self) -> None:
         """Take a slot, waiting in line for one if none is free."""
-        if self.free > 0:
-            self.free -= 1
+        if self.take_now():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
