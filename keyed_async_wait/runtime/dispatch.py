@@ -5,13 +5,20 @@ the :class:`~.timers.Timers` (a fired timeout comes back to :meth:`Dispatcher.ex
 whose delay passed to :meth:`Dispatcher.dispatch`), the :class:`~.outcomes.Outcomes` (which put
 the next record of a key into the ready queue) and the :class:`~.batches.Batcher`.
 
-Each attempt runs in a task of its own and settles inside that task's step
+Each attempt runs in a task of the operator's and settles inside that task's step
 (:class:`~keyed_async_wait.runtime.eager.Settling`): no done callback, and a record that
 became ready meanwhile (the next of its key) runs on in the same task. An eager function is
 first run up to its first suspension and gets no task if it finishes there. Work that becomes
 possible while settling is queued and run by one loop (:meth:`Dispatcher.drain`), never by
 recursion, so a long run of synchronously finishing records of one key cannot overflow the
 stack.
+
+A task whose attempt ended with nothing to run next is parked, not ended, and the next attempt
+that needs a task takes a parked one (making and registering a task costs several times more).
+Invariants: a parked task holds no entry and is in no entry's ``handle``; a task is parked at
+most once and is in ``running`` or parked, never both; so the tasks alive never outnumber the
+attempts that ran at once. Closing stops the parking first (a task that finishes then ends, so
+waiting for the running tasks ends), then cancels the parked ones.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ class Dispatcher:
     __slots__ = (
         "_adopted",
         "_adopter",
+        "_idle",
+        "_parking",
         "batcher",
         "draining",
         "outcomes",
@@ -59,6 +68,8 @@ class Dispatcher:
         # the task settling a record right now, and what it was handed to run next
         self._adopter: asyncio.Future[Any] | None = None
         self._adopted: list[Any] = []
+        self._idle: list[Settling] = []  # parked tasks, the last parked on top
+        self._parking = True
 
     def dispatch(self, entry: Entry) -> None:
         """``entry`` may start: run it now, or after the running settlement when one is active."""
@@ -171,15 +182,51 @@ class Dispatcher:
                 task = self._adopter
                 self._adopted.append(step)
             else:
-                task = run.loop.create_task(Settling(*step))
+                task = self._reuse(step)
         entry.handle = task
         self.running[task] = entry
         if entry.timer is None and self.timers.deadlines is not None:
             self.timers.arm(entry)
 
+    def _reuse(self, step: tuple[Any, Any, Any, Any]) -> asyncio.Future[Any]:
+        """A parked task running ``step`` from the loop's next turn, else a new task."""
+        idle = self._idle
+        while idle:
+            settling = idle.pop()
+            if settling.idle and settling.task is not None:
+                settling.resume(*step)
+                return settling.task
+        settling = Settling(*step, park=self._park)
+        task: asyncio.Future[Any] = self.run.loop.create_task(settling)
+        settling.task = task
+        return task
+
+    def _park(self, settling: Settling) -> asyncio.Future[None] | None:
+        """A future for ``settling``'s task to wait on until it is reused, or None: it ends."""
+        if not self._parking or self.run.closing:
+            return None
+        parked = self.run.loop.create_future()
+        # what a future yielded by a coroutine carries; without it the task refuses to wait
+        parked._asyncio_future_blocking = True
+        self._idle.append(settling)
+        return parked
+
+    def stop_parking(self) -> list[asyncio.Future[Any]]:
+        """From now on a task ends when its attempt does; the parked ones are cancelled and
+        returned (for the caller to await)."""
+        self._parking = False
+        idle, self._idle = self._idle, []
+        cancelled = []
+        for settling in idle:
+            task = settling.task
+            if settling.idle and task is not None:
+                task.cancel()
+                cancelled.append(task)
+        return cancelled
+
     def _settle_in_task(self, entry: Entry, value: Any, failure: BaseException | None) -> Any:
         """Settle ``entry`` inside its task's step; return the next attempt for that task to run
-        (one that became ready while settling), or None to end the task."""
+        (one that became ready while settling), or None: the task parks or ends."""
         task = entry.handle
         if self.run.closing or task is None:
             return None  # timed out while finishing
@@ -246,6 +293,7 @@ class Dispatcher:
 
     def close(self) -> None:
         """Stop every timer and forget the running tasks (the caller cancels them)."""
+        self.stop_parking()  # none parked after the runtime's stop_parking: this is for any other caller
         self.batcher.close()
         self.timers.close()
         self.running.clear()

@@ -35,7 +35,8 @@ class _Driven(Coroutine[Any, Any, Any]):
     _iterator: Any
 
     def close(self) -> None:
-        self._iterator.close()
+        if self._iterator is not None:
+            self._iterator.close()
 
     def __await__(self) -> _Driven:
         return self
@@ -89,15 +90,36 @@ class Settling(_Driven):
     one task. A cancellation for which ``is_ours()`` is true (a timeout or a close) is not
     reported: it ends the task. Every ``send`` and ``throw`` goes into the running action, even a
     cancellation before the first step, so its cleanup runs and it is never "never awaited".
+
+    When nothing follows, ``park(self)`` may hand back a future: the task then waits on it,
+    holding nothing of the last action, until :meth:`resume` gives it the next one (a task
+    reused costs a fraction of a new one's making and registering). A cancellation while parked
+    ends the task; one after :meth:`resume` goes into the new action, as for a new task.
     """
 
-    __slots__ = ("_first", "_is_ours", "_report")
+    __slots__ = ("_first", "_is_ours", "_park", "_parked", "_report", "task")
 
-    def __init__(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> None:
+    def __init__(self, iterator: Any, first: Any, report: Any, is_ours: Any, park: Any = None) -> None:
         self._iterator = iterator
         self._first = first  # what an eager start already got from it, or _NOT_YET
         self._report = report
         self._is_ours = is_ours
+        self._park = park
+        self._parked: asyncio.Future[None] | None = None  # waited on while idle
+        self.task: asyncio.Future[Any] | None = None  # the task running this, set by its maker
+
+    @property
+    def idle(self) -> bool:
+        """Parked and not cancelled: :meth:`resume` may hand it an action."""
+        parked = self._parked
+        return parked is not None and not parked.done()
+
+    def resume(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> None:
+        """Run this action next (only while :attr:`idle`); it starts on the loop's next turn."""
+        self._iterator, self._first, self._report, self._is_ours = iterator, first, report, is_ours
+        parked, self._parked = self._parked, None
+        assert parked is not None
+        parked.set_result(None)
 
     def send(self, value: Any) -> Any:
         first = self._first
@@ -109,6 +131,9 @@ class Settling(_Driven):
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         self._first = _NOT_YET
         exc = typ if val is None and isinstance(typ, BaseException) else (val if val is not None else typ())
+        if self._parked is not None:  # cancelled while idle: no action to tell
+            self.task = None
+            raise exc
         return self._step(None, exc)
 
     def _step(self, value: Any, exc: BaseException | None) -> Any:
@@ -121,16 +146,27 @@ class Settling(_Driven):
                 nxt = self._report(done.value, None)
             except asyncio.CancelledError:
                 if self._is_ours():
+                    self.task = None
                     raise
                 nxt = self._report(None, asyncio.CancelledError())
             except Exception as failure:  # noqa: BLE001 - the outcome of the action
                 nxt = self._report(None, failure)
             if nxt is None:
-                raise StopIteration
+                return self._idle()
             self._iterator, first, self._report, self._is_ours = nxt
             if first is not _NOT_YET:
                 return first  # it was started eagerly and is waiting on this
             value, exc = None, None
+
+    def _idle(self) -> Any:
+        """Nothing follows: wait on a future from ``park``, or end the task."""
+        parked = self._park(self) if self._park is not None else None
+        if parked is None:
+            self.task = None
+            raise StopIteration
+        self._iterator = self._report = self._is_ours = None  # the last action and its record go
+        self._parked = parked
+        return parked
 
 
 def prepare(call: Any, argument: Any, eager: bool, name: str) -> tuple[Any, Any]:

@@ -178,7 +178,7 @@ class Runtime:
         run = self.run
         if not intake.done():
             intake.cancel()
-        tasks: list[asyncio.Future[Any]] = [intake]
+        tasks: list[asyncio.Future[Any]] = [intake, *self.dispatcher.stop_parking()]
         running = self.dispatcher.tasks()
         if wait_running and running:
             await asyncio.wait(running, timeout=run.spec.timeout)
