@@ -1,4 +1,4 @@
-"""Invocation and settling: ready records start, and each attempt settles inside its own task.
+"""Invocation and settling: ready records start, and each attempt settles inside its task.
 
 The :class:`Dispatcher` owns the work side of a run, wired when it is made: the ready queue,
 the :class:`~.timers.Timers` (a fired timeout comes back to :meth:`Dispatcher.expire`, a retry

@@ -5,10 +5,11 @@ One :class:`Runtime` exists per ``process()`` call, built from the operator's fr
 in the order they depend on one another, each given what it uses:
 
 - :class:`~.run.Run`: what the run is (spec, function, controller, counters, flags, wake-ups);
-- :class:`~.dispatch.Dispatcher` (given the run): ready records start; attempts settle in their
-  own tasks. It makes and owns the :class:`~.timers.Timers` (timeouts in a timer wheel; retry
-  timers that come back to it), the :class:`~.outcomes.Outcomes` (the pure outcome unit's
-  decisions, carried out) and the :class:`~.batches.Batcher` (the active buffer, batch calls);
+- :class:`~.dispatch.Dispatcher` (given the run): ready records start; attempts settle in the
+  tasks that run them (one at a time, reused). It makes and owns the :class:`~.timers.Timers`
+  (timeouts in a timer wheel; retry timers that come back to it), the
+  :class:`~.outcomes.Outcomes` (the pure outcome unit's decisions, carried out) and the
+  :class:`~.batches.Batcher` (the active buffer, batch calls);
 - :class:`~.intake.Intake` (given the run and the dispatcher): records in, from the replay and
   the source, within the capacity.
 
