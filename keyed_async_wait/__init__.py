@@ -13,6 +13,7 @@ watermarks, snapshots and key groups) is :mod:`keyed_async_wait.operator`.
 
 from typing import TYPE_CHECKING
 
+from .core.backlog import BacklogPolicy
 from .core.exceptions import (
     ConfigError,
     KeyedAsyncWaitError,
@@ -96,6 +97,7 @@ __all__ = [  # noqa: RUF022 - grouped: the Spark calls, the options, the errors
     "KeyedStream",
     "split_errors",
     "AsyncFunction",
+    "BacklogPolicy",
     "Chain",
     "DeferPolicy",
     "RetryStrategy",

@@ -291,7 +291,8 @@ class AsyncDataStream:
         heartbeat : float, optional
             Seconds: keep micro-batches (and retries of parked rows) going without new input.
         keep_versions, replay_rows, state_window : int
-            State versions kept (>= 2); parked rows replayed per micro-batch at most (None: all);
+            State versions kept (>= 2); parked rows replayed per micro-batch at most
+            (None: the larger of 10,000 and four times the last micro-batch's output);
             micro-batches a segment of state lives before it is compacted.
         step_journal : lookup.StepJournal, optional
             With a :class:`~keyed_async_wait.Chain`: each step a record finishes is written to
