@@ -145,6 +145,7 @@ def test_reused_tasks_keep_every_outcome_and_leave_nothing_behind(
             assert rid in failed and failed[rid].error_type == "Flaky"
             assert failed[rid].attempts == ATTEMPTS
         else:
+            assert rid in got, failed[rid]
             assert got[rid] == {"id": rid, "k": row["k"]}
     assert action.most_alive <= capacity
     assert not action.shared
