@@ -193,9 +193,8 @@ class Dispatcher:
         idle = self._idle
         while idle:
             settling = idle.pop()
-            if settling.idle and settling.task is not None:
-                settling.resume(*step)
-                return settling.task
+            if settling.idle:
+                return settling.resume(*step)
         settling = Settling(*step, park=self._park)
         task: asyncio.Future[Any] = self.run.loop.create_task(settling)
         settling.task = task
@@ -203,7 +202,7 @@ class Dispatcher:
 
     def _park(self, settling: Settling) -> asyncio.Future[None] | None:
         """A future for ``settling``'s task to wait on until it is reused, or None: it ends."""
-        if not self._parking or self.run.closing:
+        if not self._parking:  # the run is closing
             return None
         parked = self.run.loop.create_future()
         # what a future yielded by a coroutine carries; without it the task refuses to wait
@@ -216,12 +215,9 @@ class Dispatcher:
         returned (for the caller to await)."""
         self._parking = False
         idle, self._idle = self._idle, []
-        cancelled = []
-        for settling in idle:
-            task = settling.task
-            if settling.idle and task is not None:
-                task.cancel()
-                cancelled.append(task)
+        cancelled = [settling.task for settling in idle if settling.idle and settling.task is not None]
+        for task in cancelled:
+            task.cancel()
         return cancelled
 
     def _settle_in_task(self, entry: Entry, value: Any, failure: BaseException | None) -> Any:
@@ -293,7 +289,6 @@ class Dispatcher:
 
     def close(self) -> None:
         """Stop every timer and forget the running tasks (the caller cancels them)."""
-        self.stop_parking()  # none parked after the runtime's stop_parking: this is for any other caller
         self.batcher.close()
         self.timers.close()
         self.running.clear()

@@ -114,12 +114,13 @@ class Settling(_Driven):
         parked = self._parked
         return parked is not None and not parked.done()
 
-    def resume(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> None:
-        """Run this action next (only while :attr:`idle`); it starts on the loop's next turn."""
+    def resume(self, iterator: Any, first: Any, report: Any, is_ours: Any) -> asyncio.Future[Any]:
+        """Run this action next (only while :attr:`idle`), from the loop's next turn; the task."""
         self._iterator, self._first, self._report, self._is_ours = iterator, first, report, is_ours
         parked, self._parked = self._parked, None
-        assert parked is not None
+        assert parked is not None and self.task is not None  # idle: parked, not yet ended
         parked.set_result(None)
+        return self.task
 
     def send(self, value: Any) -> Any:
         first = self._first
