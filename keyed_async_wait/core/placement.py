@@ -46,7 +46,9 @@ def rebalanced(
 ) -> list[int]:
     """Each key's partition: its ``start``, unless moving it from the fullest partition to the
     emptiest narrows their gap (the largest key of the fullest partition with at most half the
-    gap, while there is one). Every move lowers the sum of the squared loads, so it ends."""
+    gap, else its smallest key if that is under the gap, while there is one). Every move lowers
+    the sum of the squared loads, so it ends; at the end the fullest partition is at most the
+    emptiest plus its smallest movable key."""
     placed = list(start)
     loads = [0] * partitions
     pools: list[list[tuple[int, int]]] = [[] for _ in range(partitions)]  # (rows, key), ascending
@@ -69,6 +71,8 @@ def rebalanced(
         gap = loads[heavy] - loads[light]
         pool = pools[heavy]
         fits = bisect_right(pool, (gap // 2, len(rows))) - 1
+        if fits < 0 and pool and pool[0][0] < gap:
+            fits = 0  # none fits in half the gap: the smallest key still narrows it
         if fits < 0 or pool[fits][0] <= 0:
             return placed
         count, key = pool.pop(fits)
