@@ -131,6 +131,7 @@ class ChangingQuota(Quota):
         return super().admit(units, now)
 
 
+@pytest.mark.paced
 def test_the_job_follows_the_services_headers_as_the_quota_shrinks_and_grows(
     service: Any, redis_url: str
 ) -> None:
@@ -236,6 +237,7 @@ def test_units_given_back_are_never_lost_at_the_default_burst(service: Any, redi
     assert pace >= 40, pace  # the estimates alone allow 10 a second
 
 
+@pytest.mark.paced
 @pytest.mark.parametrize("form", ["x-ratelimit", "retry-after"])
 def test_a_quota_in_any_form_and_short_window_is_followed(service: Any, redis_url: str, form: str) -> None:
     """60 calls per 2-second window, no rate configured: stated as X-RateLimit-* (an epoch
@@ -314,6 +316,7 @@ class RisingQuota(Quota):
         return super().admit(units, now)
 
 
+@pytest.mark.paced
 def test_a_retry_after_only_quota_that_rises_is_found(service: Any, redis_url: str) -> None:
     """A service that states nothing but Retry-After, 20 calls a one-second window, doubled
     mid-run: the budget probes its learned quota upward, so after the rise some window admits
