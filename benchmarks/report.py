@@ -153,8 +153,9 @@ def render(scenarios: list[Scenario]) -> str:
         f"Every figure here was measured on one machine ({MACHINE}: expect +-10% between runs), "
         "and every figure comes with its baseline (a hand-written job, a plain stream, one Redis node, "
         "the `wrk` limit) measured in the same run: compare within a table, not across tables. "
-        f"The runs used {said} on Python 3.11 and Java 17, as `./run` sets them up; `./run bench NAME` "
-        "runs `benchmarks/NAME.py`. The benchmarks write their figures to `benchmarks/results/*.json`, "
+        f"The runs used {said} on Python 3.11 and Java 17, as `./run` sets them up; `./run bench NAME`, "
+        "in a clone of the repository (the benchmarks are not in the wheel), runs "
+        "`benchmarks/NAME.py`. The benchmarks write their figures to `benchmarks/results/*.json`, "
         "and `./run bench report` writes this page from them (the history of earlier runs is kept "
         "in `benchmarks/archive/`).",
         "",
