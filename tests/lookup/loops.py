@@ -39,7 +39,9 @@ def in_threads(count: int, work: Callable[[int], Any], bound: float = 60) -> lis
 SERVICE_CLOCK_SLACK = 0.1
 
 
-def assert_rate_held(starts: list[float], rate: float, burst: float, slack: float = SERVICE_CLOCK_SLACK) -> None:
+def assert_rate_held(
+    starts: list[float], rate: float, burst: float, slack: float = SERVICE_CLOCK_SLACK
+) -> None:
     """Every window of the (sorted) call times holds at most ``burst + rate * (T + slack)`` calls:
     no limit, or one per loop where one for the job was asked (twice the rate), still breaks it
     at windows longer than the slack (the callers' duration bounds catch the rest)."""

@@ -64,7 +64,9 @@ async def play(size: int, script: list[tuple]) -> None:
                 done[i] = asyncio.Event()
                 if action[0] == "wait" and slots.free == 0:
                     lined.append(i)
-                tasks.append(asyncio.get_running_loop().create_task((waiter if action[0] == "wait" else taker)(i)))
+                tasks.append(
+                    asyncio.get_running_loop().create_task((waiter if action[0] == "wait" else taker)(i))
+                )
             elif tasks:
                 target = action[1] % len(tasks)
                 if action[0] == "give":
