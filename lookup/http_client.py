@@ -32,6 +32,7 @@ from .exceptions import (
 from .http_lean import WireError
 from .http_options import ClientOptions
 from .http_wire import Answer, Transport
+from .limits import heard
 from .secrets import Redactor, redact_url
 
 __all__ = [
@@ -166,6 +167,7 @@ async def send(
     refused = _proxy_refused(answer.status, **said) if _from_proxy(answer) else None
     if refused is not None:
         raise refused
+    heard(answer.headers)  # the quota and cost it states, for the job's budget
     return answer
 
 

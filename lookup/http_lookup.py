@@ -7,7 +7,7 @@ import base64
 import email.utils
 import json
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .base import Lookup
@@ -25,7 +25,7 @@ from .fields import Field
 from .http_client import http_client_setting, make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Answer, Transport
-from .limits import Limits, heard
+from .limits import Limits
 from .loop_client import LoopClient
 from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .shared_cache import SharedCache
@@ -297,15 +297,14 @@ class HttpLookup(LoopClient, Lookup):
             url, params, headers, body = key
         else:
             url, params, headers, body = key, None, None, None
-        status, answer_headers, payload = await self._request(
-            self.method, url, key, params=params, headers=headers, data=body
-        )
-        return _decoded(self, status, answer_headers, payload, key)
+        answer = await self._request(self.method, url, key, params=params, headers=headers, data=body)
+        return _decoded(self, answer.status, answer.headers, answer.body, key)
 
     async def fetch_many(self, keys: list[Hashable]) -> list[Any]:
         assert self.batch_url is not None
         body = self.batch_body(keys) if self.batch_body else keys
-        status, headers, payload = await self._request("POST", self.batch_url, keys, data=json.dumps(body))
+        answer = await self._request("POST", self.batch_url, keys, data=json.dumps(body))
+        status, headers, payload = answer.status, answer.headers, answer.body
         if status == 404:  # a batch endpoint that is not there is not a miss of every key
             raise BadResponseError(
                 "the batch endpoint answered 404 (check batch_url)",
@@ -336,9 +335,11 @@ class HttpLookup(LoopClient, Lookup):
             )
         return [answer.get(str(k)) for k in keys]
 
-    async def _request(
+    def _request(
         self, method: str, url: str, key: Any, *, params: Any = None, headers: Any = None, data: Any = None
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    ) -> Awaitable[Answer]:
+        """The answer to one request, to await (the client's call itself: no coroutine of its
+        own in between, on every lookup's path)."""
         sent: dict[str, str] | None = None
         if headers or data is not None or self._secret_headers or self._authorization is not None:
             sent = dict(headers) if headers else {}
@@ -351,7 +352,7 @@ class HttpLookup(LoopClient, Lookup):
         if params or self._secret_params:
             query = list(params) if params else []
             query += [(k, v.reveal()) for k, v in self._secret_params]
-        answer: Answer = await send(
+        return send(
             self.client(),
             method,
             url,
@@ -363,8 +364,6 @@ class HttpLookup(LoopClient, Lookup):
             request_timeout=self.request_timeout,
             service=url,
         )
-        heard(answer.headers)  # the quota and cost it states, for the job's budget
-        return answer.status, answer.headers, answer.body
 
     def _body(self, payload: Any) -> str | None:
         """What an error may show of an answer: at most ``error_body_chars``, secrets redacted."""

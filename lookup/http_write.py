@@ -40,7 +40,7 @@ from .exceptions import BadResponseError, LookupOptionError, RateLimitedError, S
 from .http_client import make_transport, send
 from .http_options import ClientOptions
 from .http_wire import Transport
-from .limits import Limits, heard
+from .limits import Limits
 from .secrets import Redactor, Secret, redact_url, split_userinfo
 from .template import Template
 from .writes import Write, to_json
@@ -257,7 +257,6 @@ class HttpWrite(Write):
         except BaseException:  # no answer (closed, reset, a timeout): the write may have applied
             self._maybe_applied(sent)
             raise
-        heard(answer.headers)  # the quota it states, for the job's budget
         if answer.resent:  # the client's own resend: its first sending may have applied
             self._maybe_applied(sent)
         return self._outcome(method, url, answer.status, answer.headers, sent)

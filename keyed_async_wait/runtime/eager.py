@@ -129,6 +129,15 @@ class Settling(_Driven):
             return first
         return self._step(value, None)
 
+    def __next__(self) -> Any:
+        # what a task's step calls (``send(None)`` goes to ``__next__`` for an object that is
+        # no native coroutine): the same as send, without a second call per step
+        first = self._first
+        if first is not _NOT_YET:
+            self._first = _NOT_YET
+            return first
+        return self._step(None, None)
+
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         self._first = _NOT_YET
         exc = typ if val is None and isinstance(typ, BaseException) else (val if val is not None else typ())
