@@ -243,7 +243,9 @@ def test_cache_serves_repeats_without_requests(service: Any) -> None:
 
 def test_connection_limit_is_sized_not_aiohttps_default(service: Any) -> None:
     url, state = service
-    state.latency = 0.02
+    # each answer held 100 ms: the three connections' requests overlap on a loaded machine too
+    # (with 20 ms, a CI run's aiohttp client reached two at once while the service was slow)
+    state.latency = 0.1
     fn = HttpLookup(f"{url}/users/{{user_id}}", max_connections=3, fields=FIELDS)
     pairs = run(lookup_all(fn, orders(24, users=24)))
     assert len(pairs) == 24 and all(results for _, results in pairs)
