@@ -125,7 +125,10 @@ def redis_cluster(masters: int = 3, replicas: int = 1) -> Iterator[Cluster]:
                 node = workdir / str(port)
                 node.mkdir()
                 args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-                args += ["--cluster-node-timeout", "2000"]
+                # a node unanswered this long is marked failing and the cluster goes down: 2 s
+                # was passed on a loaded machine (a CI run's Redis 7 leg met "The cluster is
+                # down" after the failover test); no test waits for a failure to be detected
+                args += ["--cluster-node-timeout", "15000"]
                 stack.enter_context(redis_process(_server_args(port, node, *args)))
             cluster = Cluster(ports, masters)
             cluster.cli(
