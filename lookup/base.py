@@ -284,8 +284,7 @@ class Lookup(LookupCalls, AsyncFunction[Any, dict[str, Any]]):
                 shared = self._inflight[key] = asyncio.get_running_loop().create_future()
             self.stats.deduplicated += 1
             return self._result(await asyncio.shield(shared), key)
-        units = self._units((record,), 1) if self.limits is not None else None
-        return self._result(await self._fetch_one(key, units), key)
+        return self._result(await self._fetch_one(key, self._units((record,), 1)), key)
 
     def try_one(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Call once for ``record`` outside Spark and close the clients: its results (``[]``

@@ -47,12 +47,7 @@ class LookupCalls(Gated):
         if inflight is not None:
             inflight[key] = None
         try:
-            if self.shared_cache is None and self.limits is None:  # the service, nothing between
-                self.stats.requests += 1
-                self.stats.keys_fetched += 1
-                answer = await self._service.fetch(key)
-            else:
-                answer = await self._fetched(key, units)
+            answer = await self._fetched(key, units)
         except BaseException as exc:
             self.stats.errors += 1
             future = inflight.pop(key, None) if inflight is not None else None
