@@ -29,6 +29,9 @@ from lookup.redis_clients import BlockingCluster
 from .processes import run_bounded
 
 __all__ = [
+    "ELECTION_RETRY_S",
+    "MANUAL_FAILOVER_S",
+    "NODE_TIMEOUT_MS",
     "Cluster",
     "SentinelGroup",
     "acl_users",
@@ -37,6 +40,16 @@ __all__ = [
     "redis_sentinel",
     "tls_proxy",
 ]
+
+
+# A node unanswered this long is marked failing, and the cluster goes down while it is: 2 s was
+# passed on a loaded machine (a CI run's Redis 7 leg met "The cluster is down"). It also paces
+# elections: a replica whose election failed holds a new one only after 4 times it, and a
+# master votes for the same master's replicas once in 2 times it (at 15 s a CI run's failover
+# test did not see its replica promoted within the 45 s it waited).
+NODE_TIMEOUT_MS = 5_000
+ELECTION_RETRY_S = 4 * NODE_TIMEOUT_MS / 1000
+MANUAL_FAILOVER_S = 5.0  # Redis drops a CLUSTER FAILOVER not done in this time (CLUSTER_MF_TIMEOUT)
 
 
 def _cluster_port(taken: set[int]) -> int:
@@ -125,10 +138,7 @@ def redis_cluster(masters: int = 3, replicas: int = 1) -> Iterator[Cluster]:
                 node = workdir / str(port)
                 node.mkdir()
                 args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-                # a node unanswered this long is marked failing and the cluster goes down: 2 s
-                # was passed on a loaded machine (a CI run's Redis 7 leg met "The cluster is
-                # down" after the failover test); no test waits for a failure to be detected
-                args += ["--cluster-node-timeout", "15000"]
+                args += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS)]
                 stack.enter_context(redis_process(_server_args(port, node, *args)))
             cluster = Cluster(ports, masters)
             cluster.cli(
