@@ -67,6 +67,9 @@ class ServiceState:
     over_capacity_retry_after: str | None = None
     in_flight: int = 0
     peak_in_flight: int = 0
+    # a new object each time a test resets the state: a request still running from before the
+    # reset (held slow_seconds) leaves the next test's in_flight alone when it ends
+    generation: object = field(default_factory=object, repr=False)
     rejected: int = 0  # 429s answered for being over capacity
     faults: int = 0  # answers with fail_status (an injected fault or outage)
     # (key, start, end, query): what was asked, when, and the request's query parameters
@@ -190,6 +193,7 @@ def _answering(state: ServiceState) -> Any:
         headers: dict[str, str],
         units: float,
     ) -> web.Response:
+        generation = state.generation
         state.in_flight += 1
         state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
         try:
@@ -211,7 +215,8 @@ def _answering(state: ServiceState) -> Any:
                 headers = {**headers, "X-Units-Used": f"{units:g}"}
             return web.json_response(payload, headers=headers or None)
         finally:
-            state.in_flight -= 1
+            if state.generation is generation:
+                state.in_flight -= 1
             if calls is not None:
                 calls.append((key, start, time.monotonic(), query or {}))
 

@@ -10,7 +10,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from keyed_async_wait import RecordFailedError, RecordTimeoutError, RetryStrategy
-from keyed_async_wait.app.service import free_port, profile_of
+from keyed_async_wait.app.service import ServiceState, free_port, profile_of
 from keyed_async_wait.operator import KeyedAsyncWaitOperator
 from lookup import (
     BadResponseError,
@@ -243,13 +243,30 @@ def test_cache_serves_repeats_without_requests(service: Any) -> None:
 
 def test_connection_limit_is_sized_not_aiohttps_default(service: Any) -> None:
     url, state = service
-    # each answer held 100 ms: the three connections' requests overlap on a loaded machine too
-    # (with 20 ms, a CI run's aiohttp client reached two at once while the service was slow)
-    state.latency = 0.1
+    state.latency = 0.02
     fn = HttpLookup(f"{url}/users/{{user_id}}", max_connections=3, fields=FIELDS)
     pairs = run(lookup_all(fn, orders(24, users=24)))
     assert len(pairs) == 24 and all(results for _, results in pairs)
     assert state.peak_in_flight == 3  # the limit, and reached: 24 records were ready at once
+
+
+def test_a_request_running_across_the_services_reset_leaves_the_next_count_alone(service: Any) -> None:
+    """A request an earlier test left held in the service ends during the next test: the next
+    test's ``in_flight`` stays its own (a CI run's connection-limit test read a peak of 2, not 3,
+    when such a request ended during it)."""
+    url, state = service
+    state.slow_ids, state.slow_seconds = {"3"}, 0.2
+
+    async def across_a_reset() -> list[Any]:
+        fn = HttpLookup(f"{url}/users/{{user_id}}")
+        held = asyncio.get_running_loop().create_task(lookup_all(fn, [{"order_id": 1, "user_id": 3}]))
+        started = state.started
+        assert await asyncio.to_thread(started.wait, 10.0)
+        state.__dict__.update(ServiceState().__dict__)  # what the fixture does between tests
+        return await held  # answered: its handler has ended
+
+    assert len(run(across_a_reset())) == 1
+    assert state.requests == 0 and state.in_flight == 0
 
 
 def test_pickling_never_carries_a_live_session(service: Any) -> None:
