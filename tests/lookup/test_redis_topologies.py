@@ -237,7 +237,7 @@ def _fail_over(cluster: Cluster, seconds: float = 90.0) -> None:
     """A replica takes over its master (CLUSTER FAILOVER: the master stops, the replica catches
     up, the other masters vote). Redis drops a manual failover the replica could not finish
     within its own bound (5 s, easily passed on a loaded machine while writes flow), and holds
-    a new election only some time after a failed one (``ELECTION_RETRY_S``), so the replica is
+    a new election only some time after a failed one (4x the node timeout), so the replica is
     asked again each time its bound passed, until ``seconds``: never ``FORCE`` or ``TAKEOVER``,
     which could lose writes the master acknowledged."""
     ids = _node_ids(cluster)
