@@ -96,7 +96,7 @@ def test_the_main_job_on_spark_connect(connect_server: ConnectServer, tmp_path: 
             "--remote",
             connect_server.url,
             "--rows",
-            "2000",
+            "1000",
             "--orders",
             "200",
             "--workdir",
@@ -104,9 +104,9 @@ def test_the_main_job_on_spark_connect(connect_server: ConnectServer, tmp_path: 
         ],
     )
     summary = json.loads(done.stdout)
-    assert summary["rows"] == 2000 and summary["enriched"] == 2000
+    assert summary["rows"] == 1000 and summary["enriched"] == 1000
     assert summary["orders_out_of_order"] == 0
     # counted through the query's observed metrics: each row's customer asked of the service
     # or found in the shared cache (L2)
-    assert summary["lookups"] + summary["shared_cache_hits"] >= 2000
-    assert "rows 2,000/2,000" in done.stderr  # the progress, plain lines off a terminal
+    assert summary["lookups"] + summary["shared_cache_hits"] >= 1000
+    assert "rows 1,000/1,000" in done.stderr  # the progress, plain lines off a terminal

@@ -20,7 +20,7 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
             "-m",
             "keyed_async_wait.app.enrich",
             "--rows",
-            "2000",
+            "1000",
             "--orders",
             "200",
             "--master",
@@ -33,12 +33,14 @@ def test_main_job_enriches_every_row_in_order(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["rows"] == 2000 and summary["enriched"] == 2000
-    assert summary["orders"] == 200 and summary["orders_out_of_order"] == 0
+    assert summary["rows"] == 1000 and summary["enriched"] == 1000
+    lines = [line for f in (tmp_path / "input").glob("*.json") for line in f.read_text().splitlines()]
+    given = {json.loads(line)["order_id"] for line in lines}  # the orders the input holds
+    assert summary["orders"] == len(given) > 100 and summary["orders_out_of_order"] == 0
     # each row's customer asked of the service or found in the shared cache (L2), which other
     # rows of the same customer filled
     assert summary["shared_cache_hits"] > 0 and summary["rows_per_s"] > 0
-    assert summary["lookups"] + summary["shared_cache_hits"] >= 2000
+    assert summary["lookups"] + summary["shared_cache_hits"] >= 1000
     assert (tmp_path / "output").is_dir() and (tmp_path / "checkpoint").is_dir()
 
 
