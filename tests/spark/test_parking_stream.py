@@ -118,16 +118,16 @@ def test_a_time_cap_far_below_the_latency_still_progresses_every_micro_batch(
 ) -> None:
     url, state = service
     state.latency, state.record_calls = 0.2, True
-    rows = [(seq, seq % 20, seq % 20) for seq in range(200)]
+    rows = [(seq, seq % 20, seq % 20) for seq in range(120)]
     write_updates(tmp_path / "in", rows)
     sink = Sink()
     # a time cap of a tenth of one lookup
     stream = updates_stream(spark, url, tmp_path, sink, time_cap=0.02, heartbeat=1, timeout=10.0)
-    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 200 and r[-1].parked == 0, "0.2 seconds", 150)
+    run_until(stream, lambda r: sum(x.rows_out for x in r) >= 120 and r[-1].parked == 0, "0.2 seconds", 150)
     reports = [r for r in stream.reports if r.rows_in or r.replayed]
-    assert len(reports) >= 5  # it did take several micro-batches
+    assert len(reports) >= 5  # it did take several micro-batches (6 here: a row of each key in each)
     assert all(r.rows_out > 0 for r in reports)  # and each made progress
-    assert sorted(r.seq for r in sink.rows()) == list(range(200))  # nothing lost or repeated
+    assert sorted(r.seq for r in sink.rows()) == list(range(120))  # nothing lost or repeated
     assert all(seqs == sorted(seqs) for seqs in sink.per_key().values())
     assert calls_keep_key_order(state.calls)
 
