@@ -4,6 +4,8 @@ a process that talks to a Redis: a worker of an HTTP lookup never pays for it.""
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any, Protocol
 
 import redis
@@ -33,7 +35,7 @@ class RedisConnection(Protocol):
     def sentinel_kwargs(self) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]: ...
 
 
-__all__ = ["BlockingCluster", "open_client", "sync_client"]
+__all__ = ["BlockingCluster", "ClosingCluster", "open_client", "sync_client"]
 
 
 def _standalone(connection: RedisConnection) -> aioredis.Redis:
@@ -53,7 +55,7 @@ def _cluster(connection: RedisConnection) -> Any:
     # the gate (RedisClient.held) bounds calls; connections being closed after a failover
     # still count against a node's limit a moment, hence the slack
     options["max_connections"] = 2 * connection.max_connections
-    return aioredis.RedisCluster.from_url(connection.url, **options)
+    return ClosingCluster.from_url(connection.url, **options)
 
 
 def _sentinel_client(connection: RedisConnection) -> aioredis.Redis:
@@ -118,6 +120,41 @@ def sync_client(connection: RedisConnection) -> Any:
             return BlockingCluster.from_url(connection.url, **options)
         return client
     return redis.Redis.from_url(connection.url, **options)
+
+
+class ClosingCluster(aioredis.RedisCluster):
+    """redis-py's asyncio cluster client, whose :meth:`aclose` also closes the connections of
+    nodes a topology refresh took out of its tables (a failover, a node marked failing):
+    redis-py closes those in tasks of the loop (a busy connection when it is released), which
+    a client closed right after, or a loop that ends first, leaves open until collected.
+    Invariant: every connection the client's nodes opened is closed when :meth:`aclose`
+    returns (each is noted when made, weakly: a closed one is not held)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._made: weakref.WeakSet[Any] = weakref.WeakSet()
+        made = self._made
+        # the class each node makes its connections with: nodes found later take it from the
+        # manager's kwargs, the startup nodes already hold theirs
+        shared = self.nodes_manager.connection_kwargs
+        base = shared.get("connection_class") or aioredis.Connection
+
+        class Noted(base):  # type: ignore[valid-type,misc]
+            def __init__(self, *a: Any, **k: Any) -> None:
+                super().__init__(*a, **k)
+                made.add(self)
+
+        Noted.__name__ = Noted.__qualname__ = base.__name__
+        shared["connection_class"] = Noted
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = Noted
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            left = [c for c in self._made if c.is_connected]
+            await asyncio.gather(*(c.disconnect() for c in left), return_exceptions=True)
 
 
 class BlockingCluster(redis.RedisCluster):

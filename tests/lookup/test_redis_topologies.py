@@ -38,6 +38,7 @@ from lookup import (
     SharedRate,
     StepJournal,
 )
+from lookup.redis_clients import open_client
 
 from ..core.helpers import run
 from ..redis_topologies import (
@@ -208,6 +209,38 @@ def test_a_blocking_cluster_client_closes_its_nodes_connections(cluster: Cluster
     finally:
         client.close()
     wait_until(lambda: not (_clients(cluster) & opened), "the connections closed", seconds=10.0)
+
+
+def test_closing_a_cluster_client_closes_the_nodes_a_refresh_took_out(cluster: Cluster) -> None:
+    """A node redis-py took out of its tables while one of its connections was busy (a
+    failover, a node marked failing) is closed with the client, also when redis-py's own
+    closing tasks never ran (a loop that ended first): before, its sockets stayed open until
+    the node was collected."""
+
+    async def scenario() -> bool:
+        client, is_cluster = await open_client(RedisConnection(cluster.url(), cluster=True))
+        assert is_cluster
+        try:
+            manager = client.nodes_manager
+            node = manager.get_node_from_slot(0)
+            await node.execute_command("PING")  # a connection of its own, kept
+            busy = node.acquire_connection()
+            await busy.connect()
+            kept = {name: n for name, n in manager.nodes_cache.items() if name != node.name}
+            manager.set_nodes(manager.nodes_cache, kept, remove_old=True)  # as a refresh does
+            assert node.name not in manager.nodes_cache
+            if hasattr(node, "release"):  # redis-py 8: the busy one is closed in a task
+                node.release(busy)
+            else:
+                node._free.append(busy)
+            for task in asyncio.all_tasks():  # redis-py's closing of the node's connections never runs
+                if getattr(task.get_coro(), "__qualname__", "").startswith("ClusterNode."):
+                    task.cancel()
+        finally:
+            await client.aclose()
+        return any(c.is_connected for c in node._connections)
+
+    assert run(scenario()) is False
 
 
 def _node_ids(cluster: Cluster) -> dict[int, tuple[str, str | None]]:
