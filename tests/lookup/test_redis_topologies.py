@@ -39,6 +39,7 @@ from lookup import (
     StepJournal,
 )
 from lookup.redis_clients import open_client
+from lookup.redis_nodes import _release
 
 from ..core.helpers import run
 from ..redis_topologies import (
@@ -229,10 +230,7 @@ def test_closing_a_cluster_client_closes_the_nodes_a_refresh_took_out(cluster: C
             kept = {name: n for name, n in manager.nodes_cache.items() if name != node.name}
             manager.set_nodes(manager.nodes_cache, kept, remove_old=True)  # as a refresh does
             assert node.name not in manager.nodes_cache
-            if hasattr(node, "release"):  # redis-py 8: the busy one is closed in a task
-                node.release(busy)
-            else:
-                node._free.append(busy)
+            _release(node, busy)  # redis-py 8 closes the busy one in a task
             for task in asyncio.all_tasks():  # redis-py's closing of the node's connections never runs
                 if getattr(task.get_coro(), "__qualname__", "").startswith("ClusterNode."):
                     task.cancel()
