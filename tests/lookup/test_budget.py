@@ -258,7 +258,10 @@ def test_a_quota_in_any_form_and_short_window_is_followed(service: Any, redis_ur
     # windows (a cold start, then two at most in each of two windows), then none. A budget
     # that ignored the headers sees hundreds refused (384 with none, measured).
     assert quota.rejected <= (2 if form == "x-ratelimit" else 9), (quota.rejected, asked)
-    assert quota.used() >= 0.85, quota.used()
+    # the share of the quota used, first admission to last: about 1.0 alone or beside two busy
+    # processes; 0.78 once in a CI run (Retry-After), its 320 calls over 13.7 s, not 10.7. A
+    # budget that held a whole window back after each 429 uses about half.
+    assert quota.used() >= 0.7, quota.used()
 
 
 def test_writes_hold_the_budget_they_share_with_the_lookups_of_the_service(
