@@ -124,16 +124,23 @@ def sync_client(connection: RedisConnection) -> Any:
 
 class ClosingCluster(aioredis.RedisCluster):
     """redis-py's asyncio cluster client, whose :meth:`aclose` also closes the connections of
-    nodes a topology refresh took out of its tables (a failover, a node marked failing):
+    nodes a topology refresh took out of its tables (a failover, a node marked failing).
+
     redis-py closes those in tasks of the loop (a busy connection when it is released), which
-    a client closed right after, or a loop that ends first, leaves open until collected.
-    Invariant: every connection the client's nodes opened is closed when :meth:`aclose`
-    returns (each is noted when made, weakly: a closed one is not held)."""
+    a client closed right after, or a loop that ends first, leaves open until collected; and a
+    command that held such a node across the refresh may open a new connection on it, which
+    nothing closes: the node, dropped, was collected with it open (``ResourceWarning:
+    Unclosed ClusterNode``). Invariants: every connection the client's nodes opened is closed
+    when :meth:`aclose` returns (each is noted when made, weakly: a closed one is not held);
+    a node taken out of the tables is held until none of its connections is open, so it is
+    never collected with one open while the client lives."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._made: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._retired: list[Any] = []
         made = self._made
+        self._hold_retired_nodes()
         # the class each node makes its connections with: nodes found later take it from the
         # manager's kwargs, the startup nodes already hold theirs
         shared = self.nodes_manager.connection_kwargs
@@ -149,12 +156,35 @@ class ClosingCluster(aioredis.RedisCluster):
         for node in self.nodes_manager.startup_nodes.values():
             node.connection_class = Noted
 
+    def _hold_retired_nodes(self) -> None:
+        """Hold each node a refresh takes out of the tables (``set_nodes(..., remove_old=True)``,
+        redis-py's one way out) while a connection of it is open."""
+        manager, retired = self.nodes_manager, self._retired
+
+        class Holding(type(manager)):  # type: ignore[misc]
+            __slots__ = ()  # the same layout: the manager's class may be swapped for it
+
+            def set_nodes(self, old: dict[str, Any], new: dict[str, Any], remove_old: bool = False) -> None:
+                if remove_old:
+                    retired[:] = [node for node in retired if _is_open(node)]
+                    retired.extend(node for name, node in old.items() if name not in new)
+                super().set_nodes(old, new, remove_old)
+
+        Holding.__name__ = Holding.__qualname__ = type(manager).__name__
+        manager.__class__ = Holding  # its attributes are slots: no method can be set on it
+
     async def aclose(self) -> None:
         try:
             await super().aclose()
         finally:
             left = [c for c in self._made if c.is_connected]
             await asyncio.gather(*(c.disconnect() for c in left), return_exceptions=True)
+            self._retired.clear()
+
+
+def _is_open(node: Any) -> bool:
+    """Whether a cluster node has a connection open."""
+    return any(connection.is_connected for connection in node._connections)
 
 
 class BlockingCluster(redis.RedisCluster):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -239,6 +241,50 @@ def test_closing_a_cluster_client_closes_the_nodes_a_refresh_took_out(cluster: C
         return any(c.is_connected for c in node._connections)
 
     assert run(scenario()) is False
+
+
+def test_a_node_a_refresh_took_out_is_held_while_a_connection_of_it_is_open(cluster: Cluster) -> None:
+    """A command that held a node across the refresh that took it out may open a connection
+    on it afterwards, which redis-py never closes: the client holds such a node until the
+    connection is closed (its own close at the latest), so it is never collected with it open
+    (before: ``ResourceWarning: Unclosed ClusterNode``, at whatever moment it was collected)."""
+
+    async def scenario() -> tuple[list[str], bool]:
+        client, _ = await open_client(RedisConnection(cluster.url(), cluster=True))
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                late = await _a_connection_opened_after_a_refresh(client)
+                gc.collect()
+        finally:
+            await client.aclose()
+        return [str(w.message) for w in seen if "ClusterNode" in str(w.message)], late.is_connected
+
+    unclosed, still_open = run(scenario())
+    assert unclosed == [] and still_open is False
+
+
+async def _a_connection_opened_after_a_refresh(client: Any) -> Any:
+    """A master taken out of every table as a refresh does, then a connection opened on it and
+    put back (as a command that held the node would): the connection. Nothing of redis-py's
+    holds the node when this returns."""
+    manager = client.nodes_manager
+    node = next(
+        n for n in manager.get_nodes_by_server_type("primary") if n is not client.commands_parser.node
+    )
+    for table in (manager.nodes_cache, manager.startup_nodes):
+        manager.set_nodes(table, {name: n for name, n in table.items() if name != node.name}, remove_old=True)
+    other = next(n for n in manager.nodes_cache.values() if n.server_type == node.server_type)
+    manager.slots_cache = {
+        slot: [other if n is node else n for n in nodes] for slot, nodes in manager.slots_cache.items()
+    }
+    if manager.default_node is node:
+        manager.default_node = other
+    await asyncio.sleep(0)  # redis-py's closing of the node's free connections (none) runs
+    late = node.acquire_connection()
+    await late.connect()
+    _release(node, late)
+    return late
 
 
 def _node_ids(cluster: Cluster) -> dict[int, tuple[str, str | None]]:
