@@ -139,8 +139,12 @@ class ClosingCluster(aioredis.RedisCluster):
         super().__init__(*args, **kwargs)
         self._made: weakref.WeakSet[Any] = weakref.WeakSet()
         self._retired: list[Any] = []
-        made = self._made
+        self._note_connections()
         self._hold_retired_nodes()
+
+    def _note_connections(self) -> None:
+        """Note each connection the client's nodes make (weakly), for :meth:`aclose`."""
+        made = self._made
         # the class each node makes its connections with: nodes found later take it from the
         # manager's kwargs, the startup nodes already hold theirs
         shared = self.nodes_manager.connection_kwargs

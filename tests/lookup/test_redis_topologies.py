@@ -233,9 +233,8 @@ def test_closing_a_cluster_client_closes_the_nodes_a_refresh_took_out(cluster: C
             manager.set_nodes(manager.nodes_cache, kept, remove_old=True)  # as a refresh does
             assert node.name not in manager.nodes_cache
             _release(node, busy)  # redis-py 8 closes the busy one in a task
-            for task in asyncio.all_tasks():  # redis-py's closing of the node's connections never runs
-                if getattr(task.get_coro(), "__qualname__", "").startswith("ClusterNode."):
-                    task.cancel()
+            for task in _closing_tasks():  # redis-py's closing of the node's connections never runs
+                task.cancel()
         finally:
             await client.aclose()
         return any(c.is_connected for c in node._connections)
@@ -280,11 +279,25 @@ async def _a_connection_opened_after_a_refresh(client: Any) -> Any:
     }
     if manager.default_node is node:
         manager.default_node = other
-    await asyncio.sleep(0)  # redis-py's closing of the node's free connections (none) runs
+    await _closing_tasks_done()  # redis-py's closing of the node's free connections (none)
     late = node.acquire_connection()
     await late.connect()
     _release(node, late)
     return late
+
+
+def _closing_tasks() -> list[asyncio.Task[Any]]:
+    """The running loop's tasks in which redis-py closes a node's connections."""
+    return [
+        t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "").startswith("ClusterNode.")
+    ]
+
+
+async def _closing_tasks_done() -> None:
+    """Until the tasks in which redis-py closes a node's connections have ended (10 s at most)."""
+    closing = _closing_tasks()
+    if closing:
+        await asyncio.wait_for(asyncio.gather(*closing), 10)
 
 
 def _node_ids(cluster: Cluster) -> dict[int, tuple[str, str | None]]:
