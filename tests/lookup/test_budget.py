@@ -146,9 +146,9 @@ def test_the_job_follows_the_services_headers_as_the_quota_shrinks_and_grows(
     # before any answer told the quota, and the first answers of a phase still tell the old
     # one: some slack at each change). The upper bounds are the quota's; the lower ones only
     # show the job follows it down and up again (a busy machine asks more slowly than it may).
-    # The first phase holds the first window's calls, sent before any answer told the quota, and
-    # its windows are fixed: it reads 42-46 calls a second here, 50.2 once on a loaded CI
-    # machine; a budget that ignored the headers reads 264 (its calls bunched at windows' edges)
+    # The first phase's bound has the most slack (those first calls, and the service's fixed
+    # windows): it reads 42-46 calls a second here, 50.2 once on a loaded CI machine; a budget
+    # that ignored the headers reads 264 (its calls bunched at the windows' edges)
     cut = [0, 60, 90, 250]
     rates = [(cut[p + 1] - cut[p] - 1) / (starts[cut[p + 1] - 1] - starts[cut[p]]) for p in range(3)]
     assert 18 <= rates[0] <= 56 and 7 <= rates[1] <= 17 and 40 <= rates[2] <= 84, rates
